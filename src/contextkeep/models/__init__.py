@@ -1,0 +1,1 @@
+"""Model adapters, capabilities and provider error classification."""
