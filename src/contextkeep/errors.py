@@ -4,7 +4,7 @@
 ContextKeepError
 ├── ConfigError                 a setting is invalid (names the key)
 ├── MessageFormatError          input that is not a valid message in the named format
-├── MalformedHistoryError       a history that breaks round pairing (orphan result, missing result, duplicate id)
+├── MalformedHistoryError       breaks round pairing (orphan result, missing result, duplicate id)
 ├── TokenizerError              a token counter could not be built or loaded
 ├── WorkspaceError              offload storage failed
 │   └── UnsafePathError         an id or reference would escape the workspace root

@@ -1,0 +1,1 @@
+"""Loading recorded agent trajectories and replaying them through contextkeep."""

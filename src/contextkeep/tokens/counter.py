@@ -1,0 +1,158 @@
+"""Token counters: an encoder plus a framing, counted once per message.
+
+:class:`PromptCounter` caches every message's count under (message content hash,
+framing context) and remembers the previous prompt it counted: between
+compactions a prompt only grows by appending, so counting call N costs work
+proportional to what was appended since call N-1.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from contextkeep.messages import Message
+from contextkeep.tokens.encoders import Encoder
+from contextkeep.tokens.framing import FoldState, Framing, Tools
+
+__all__ = ["CountSource", "PromptCounter", "TokenCounter"]
+
+
+class CountSource(enum.StrEnum):
+    """Where a token figure comes from."""
+
+    LOCAL_TOKENIZER = "local_tokenizer"
+    """Counted locally with the model's real tokenizer."""
+    ESTIMATE = "estimate"
+    """Estimated locally (heuristic, possibly calibrated)."""
+    PROVIDER_CONFIRMED = "provider_confirmed"
+    """Reported by the provider for a call it served."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the prompt tokens of a list of messages (and tool definitions)."""
+
+    @property
+    def id(self) -> str:
+        """Stable identifier of the counting method."""
+        ...
+
+    @property
+    def source(self) -> CountSource:
+        """`LOCAL_TOKENIZER` for a real tokenizer, `ESTIMATE` otherwise."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text."""
+        ...
+
+    def count_message(self, message: Message) -> int:
+        """Tokens one message adds to a prompt, framing included (out of context)."""
+        ...
+
+    def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
+        """Tokens of the whole prompt, as the provider would count it."""
+        ...
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: str
+    state: FoldState
+    total: int
+    last_user: int
+
+
+class PromptCounter:
+    """A cached, incremental :class:`TokenCounter` built from an encoder and a framing."""
+
+    def __init__(self, encoder: Encoder, framing: Framing, *, cache_size: int = 65_536) -> None:
+        self.encoder = encoder
+        self.framing = framing
+        self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
+        self._cache_size = cache_size
+        self._last: list[_Entry] = []
+        self._last_has_tools = False
+        self._tools_ref: tuple[Tools | None, int] = (None, 0)
+        self._tools_text: tuple[str | None, int] = (None, 0)
+
+    @property
+    def id(self) -> str:
+        return f"{self.encoder.name}/{self.framing.name}"
+
+    @property
+    def source(self) -> CountSource:
+        return CountSource.LOCAL_TOKENIZER if self.encoder.exact else CountSource.ESTIMATE
+
+    def count_text(self, text: str) -> int:
+        return self.encoder.count(text)
+
+    def count_message(self, message: Message) -> int:
+        context, _ = self.framing.step(message, FoldState(), has_tools=False)
+        return self._message(message, context, True)
+
+    def count_tools(self, tools: Tools | None) -> int:
+        """Per-request tokens: tool definitions and the framing's constants."""
+        if tools is not None and self._tools_ref[0] is tools:
+            return self._tools_ref[1]
+        text, extra = self.framing.fixed(tools)
+        if self._tools_text[0] != text:
+            self._tools_text = (text, self.encoder.count(text) + extra)
+        self._tools_ref = (tools, self._tools_text[1])
+        return self._tools_text[1]
+
+    def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
+        has_tools = bool(tools)
+        reuse = self._reusable_prefix(messages, has_tools)
+        entries = self._last[:reuse] if reuse < len(self._last) else self._last
+        state = entries[-1].state if entries else FoldState()
+        total = entries[-1].total if entries else 0
+        last_user = _last_user(messages, reuse, entries[-1].last_user if entries else -1)
+        seen_user = entries[-1].last_user if entries else -1
+        for i in range(reuse, len(messages)):
+            m = messages[i]
+            context, state = self.framing.step(m, state, has_tools=has_tools)
+            in_last_turn = i >= last_user if m.role != "user" else i == last_user
+            total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
+            seen_user = i if m.role == "user" else seen_user
+            entries.append(_Entry(m.key, state, total, seen_user))
+        self._last = entries
+        self._last_has_tools = has_tools
+        return total + self.count_tools(tools)
+
+    def _reusable_prefix(self, messages: Sequence[Message], has_tools: bool) -> int:
+        last = self._last
+        if has_tools != self._last_has_tools:
+            return 0
+        n = min(len(last), len(messages))
+        i = 0
+        while i < n and last[i].key == messages[i].key:
+            i += 1
+        if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
+            # A new user message changes how the previous turn renders: recount from its start.
+            i = min(i, max(last[i - 1].last_user, 0) if i else 0)
+        return i
+
+    def _message(self, message: Message, context: Hashable, in_last_turn: bool) -> int:
+        key = (message.key, context, in_last_turn)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        text, extra = self.framing.render(message, context, in_last_turn=in_last_turn)
+        n = self.encoder.count(text) + extra
+        self._cache[key] = n
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return n
+
+
+def _last_user(messages: Sequence[Message], start: int, before: int) -> int:
+    """Index of the last user message, scanning only `messages[start:]`."""
+    for i in range(len(messages) - 1, start - 1, -1):
+        if messages[i].role == "user":
+            return i
+    return before

@@ -1,0 +1,143 @@
+"""Text encoders: the part of a token counter that turns text into a number.
+
+- :class:`TiktokenEncoder`: OpenAI's BPE encodings (`o200k_base`, `cl100k_base`).
+- :class:`HFEncoder`: any Hugging Face `tokenizer.json` (DeepSeek, Qwen, Llama, ...).
+- :class:`HeuristicEncoder`: characters / 4, optionally counting CJK characters one each.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+from typing import Protocol, runtime_checkable
+
+from contextkeep.errors import TokenizerError
+
+__all__ = ["Encoder", "HFEncoder", "HeuristicEncoder", "TiktokenEncoder", "encoding_for_model"]
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Counts the tokens of a piece of text."""
+
+    @property
+    def name(self) -> str:
+        """Stable identifier, part of every cache key (e.g. `tiktoken:o200k_base`)."""
+        ...
+
+    @property
+    def exact(self) -> bool:
+        """True for a real tokenizer, False for an estimate."""
+        ...
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`, special-token strings counted as the special tokens they are."""
+        ...
+
+
+# Families on o200k_base; everything else OpenAI-made that we know of uses cl100k_base.
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+
+
+def encoding_for_model(model: str) -> str:
+    """The tiktoken encoding name for an OpenAI model family."""
+    bare = model.rsplit("/", 1)[-1].lower()
+    return "o200k_base" if bare.startswith(_O200K_PREFIXES) else "cl100k_base"
+
+
+@lru_cache(maxsize=8)
+def _tiktoken_encoding(name: str) -> object:
+    import tiktoken  # lazy: loading encodings is slow and not every counter needs them
+
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:
+        hint = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
+        raise TokenizerError(
+            f"cannot load tiktoken encoding {name!r} (no network? TIKTOKEN_CACHE_DIR={hint}): {exc}"
+        ) from exc
+
+
+class TiktokenEncoder:
+    """An OpenAI BPE encoding through tiktoken."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        self._enc = _tiktoken_encoding(encoding)
+        self._name = f"tiktoken:{encoding}"
+
+    @classmethod
+    def for_model(cls, model: str) -> TiktokenEncoder:
+        """The encoding an OpenAI model family uses."""
+        return cls(encoding_for_model(model))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+    def count(self, text: str) -> int:
+        return len(self._enc.encode(text, allowed_special="all", disallowed_special=()))  # type: ignore[attr-defined]
+
+
+class HFEncoder:
+    """A Hugging Face `tokenizers` tokenizer loaded from a `tokenizer.json` file."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_file(os.fspath(path))
+        except Exception as exc:
+            raise TokenizerError(f"cannot load tokenizer.json from {os.fspath(path)!r}: {exc}") from exc
+        self._name = f"hf:{os.path.basename(os.fspath(path))}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def _is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    return (
+        0x3040 <= o <= 0x30FF  # kana
+        or 0x3400 <= o <= 0x4DBF
+        or 0x4E00 <= o <= 0x9FFF
+        or 0xAC00 <= o <= 0xD7AF  # hangul
+        or 0xF900 <= o <= 0xFAFF
+        or 0xFF00 <= o <= 0xFFEF  # full-width forms
+    )
+
+
+class HeuristicEncoder:
+    """An estimate: one token per `chars_per_token` characters, CJK characters one token each."""
+
+    def __init__(self, chars_per_token: float = 4.0, *, cjk_aware: bool = True) -> None:
+        self.chars_per_token = chars_per_token
+        self.cjk_aware = cjk_aware
+        self._name = f"heuristic:{chars_per_token:g}{':cjk' if cjk_aware else ''}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def exact(self) -> bool:
+        return False
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        # ASCII fast path: most agent traffic is code and logs.
+        cjk = sum(1 for ch in text if _is_cjk(ch)) if self.cjk_aware and not text.isascii() else 0
+        return cjk + math.ceil((len(text) - cjk) / self.chars_per_token)
