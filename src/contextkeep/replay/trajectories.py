@@ -88,11 +88,13 @@ class Trajectory:
 
 def from_swe_agent(history: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert a SWE-agent `history` (tool results carry `tool_call_ids`)."""
-    converted = []
+    converted: list[Mapping[str, Any]] = []
     for d in history:
         ids = d.get("tool_call_ids")
-        named = d.get("role") == "tool" and isinstance(ids, list) and ids and "tool_call_id" not in d
-        converted.append({**d, "tool_call_id": ids[0]} if named else d)
+        if d.get("role") == "tool" and isinstance(ids, list) and ids and "tool_call_id" not in d:
+            converted.append({**d, "tool_call_id": ids[0]})
+        else:
+            converted.append(d)
     return from_openai(converted)
 
 

@@ -1,0 +1,170 @@
+"""Token counting: exact against DeepSeek's billed usage, calibrated estimates, count-once caching."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import mini_swe_agent_files, require_shared
+from contextkeep.errors import ConfigError, TokenizerError
+from contextkeep.messages import Message, ToolCall
+from contextkeep.replay.accuracy import count_accuracy
+from contextkeep.replay.trajectories import load_trajectories
+from contextkeep.tokens import (
+    CalibratedCounter,
+    CountSource,
+    DeepSeekFraming,
+    HeuristicEncoder,
+    HFEncoder,
+    OpenAIFraming,
+    PromptCounter,
+    TiktokenEncoder,
+    counter_for_model,
+    encoder_from_spec,
+    encoding_for_model,
+)
+
+FILES = mini_swe_agent_files() or [None]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if p else "none")
+def test_deepseek_counts_match_the_providers_prompt_tokens(
+    path: Path | None, deepseek_tokenizer: Path
+) -> None:
+    path = path or require_shared("trajectories", "mini-swe-agent")
+    (trajectory,) = load_trajectories(path)
+    counter = counter_for_model(trajectory.model, HFEncoder(deepseek_tokenizer))
+    report = count_accuracy(trajectory, counter)
+    assert len(report.calls) == len(trajectory.confirmed_calls) >= 30
+    assert report.median_abs_error_pct <= 1.0
+    assert report.max_abs_error_pct <= 3.0
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if p else "none")
+def test_calibrated_heuristic_is_within_five_percent_after_three_calls(path: Path | None) -> None:
+    path = path or require_shared("trajectories", "mini-swe-agent")
+    (trajectory,) = load_trajectories(path)
+    plain = count_accuracy(trajectory, counter_for_model(trajectory.model, "heuristic"))
+    calibrated = count_accuracy(
+        trajectory, CalibratedCounter(counter_for_model(trajectory.model, "heuristic")), warmup=3
+    )
+    assert calibrated.median_abs_error_pct <= 5.0
+    assert calibrated.median_abs_error_pct < plain.median_abs_error_pct
+
+
+def test_incremental_counting_equals_a_fresh_count_after_any_edit(deepseek_tokenizer: Path) -> None:
+    path = require_shared("trajectories", "mini-swe-agent", "django__django-11099.traj.json")
+    (trajectory,) = load_trajectories(path)
+    encoder = HFEncoder(deepseek_tokenizer)
+    incremental = PromptCounter(encoder, DeepSeekFraming())
+    messages = trajectory.messages
+    prompts = [messages[:n] for n in range(2, len(messages), 7)]
+    # A compaction-like edit: the middle of the prompt changes, then it grows again.
+    edited = [*messages[:3], messages[3].with_text("[masked]"), *messages[4:30]]
+    for prompt in [*prompts, edited, edited + messages[30:35], messages[:10]]:
+        fresh = PromptCounter(encoder, DeepSeekFraming())
+        assert incremental.count_prompt(prompt, trajectory.tools) == fresh.count_prompt(
+            prompt, trajectory.tools
+        )
+
+
+def test_thinking_mode_recounts_the_previous_turn_when_a_user_speaks(deepseek_tokenizer: Path) -> None:
+    encoder = HFEncoder(deepseek_tokenizer)
+    counter = PromptCounter(encoder, DeepSeekFraming(thinking=True))
+    turn = [Message("user", "q1"), Message("assistant", "a1", reasoning="long private reasoning " * 20)]
+    with_reasoning = counter.count_prompt(turn)
+    after_next_user = counter.count_prompt([*turn, Message("user", "q2")])
+    fresh = PromptCounter(encoder, DeepSeekFraming(thinking=True)).count_prompt(
+        [*turn, Message("user", "q2")]
+    )
+    assert after_next_user == fresh
+    # The old turn's reasoning leaves the prompt once a new user message arrives.
+    assert after_next_user < with_reasoning
+
+
+def test_messages_are_encoded_once() -> None:
+    calls: list[str] = []
+
+    class Recording(HeuristicEncoder):
+        def count(self, text: str) -> int:
+            calls.append(text)
+            return super().count(text)
+
+    counter = PromptCounter(Recording(), OpenAIFraming())
+    history = [Message("system", "s"), Message("user", "u")]
+    for i in range(50):
+        history.append(Message("assistant", f"reply {i}"))
+        counter.count_prompt(history)
+    assert len(calls) == len(history) + 1  # each message once, plus the fixed part once
+
+
+def test_openai_framing_counts_roles_names_calls_and_tools() -> None:
+    counter = PromptCounter(TiktokenEncoder("o200k_base"), OpenAIFraming())
+    plain = counter.count_prompt([Message("user", "hello world")])
+    assert plain == 3 + counter.count_text("user") + counter.count_text("hello world") + 3
+    named = counter.count_prompt([Message("user", "hello world", name="bob")])
+    assert named == plain + 1
+    with_call = counter.count_prompt(
+        [Message("assistant", None, tool_calls=(ToolCall("c", "ls", '{"p": 1}'),))]
+    )
+    assert with_call > counter.count_prompt([Message("assistant", None)])
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "ls",
+                "description": "list files",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string", "description": "dir"}},
+                },
+            },
+        }
+    ]
+    assert counter.count_prompt([Message("user", "hello world")], tools) > plain + 10
+
+
+def test_encoding_by_model_family_and_specs(tmp_path: Path) -> None:
+    assert encoding_for_model("gpt-4o-mini") == "o200k_base"
+    assert encoding_for_model("openai/gpt-5") == "o200k_base"
+    assert encoding_for_model("gpt-4-turbo") == "cl100k_base"
+    assert TiktokenEncoder.for_model("gpt-3.5-turbo").name == "tiktoken:cl100k_base"
+    assert counter_for_model("gpt-4.1").source is CountSource.LOCAL_TOKENIZER
+    assert counter_for_model("qwen-max").source is CountSource.ESTIMATE
+    assert encoder_from_spec("heuristic:3").name == "heuristic:3:cjk"
+    for bad in ("nonsense", "heuristic:x"):
+        with pytest.raises(TokenizerError):
+            encoder_from_spec(bad)
+    with pytest.raises(TokenizerError, match=r"cannot load tokenizer\.json"):
+        HFEncoder(tmp_path / "missing.json")
+    with pytest.raises(TokenizerError, match="cannot load tiktoken encoding"):
+        TiktokenEncoder("no_such_encoding")
+
+
+def test_heuristic_counts_cjk_characters_one_each() -> None:
+    enc = HeuristicEncoder()
+    assert enc.count("abcdefgh") == 2
+    assert enc.count("上下文管理") == 5
+    assert enc.count("上下文 window") == 3 + 2
+    assert HeuristicEncoder(cjk_aware=False).count("上下文管理") == 2
+
+
+def test_calibration_is_clamped_and_validated() -> None:
+    counter = CalibratedCounter(counter_for_model("x", "heuristic"), max_ratio=1.5)
+    assert counter.observe(100, 1_000) == 1.5
+    assert counter.observe(0, 50) == 1.5  # nothing learned from an empty count
+    with pytest.raises(ConfigError, match="smoothing"):
+        CalibratedCounter(counter_for_model("x", "heuristic"), smoothing=0)
+
+
+def test_median_error_figures_are_what_the_cli_reports(deepseek_tokenizer: Path) -> None:
+    path = require_shared("trajectories", "mini-swe-agent", "django__django-13658.traj.json")
+    (trajectory,) = load_trajectories(path)
+    report = count_accuracy(
+        trajectory, CalibratedCounter(counter_for_model(trajectory.model, "heuristic")), warmup=3
+    )
+    assert report.median_abs_error_pct == pytest.approx(
+        statistics.median(abs(c.error_pct) for c in report.calls[3:])
+    )
