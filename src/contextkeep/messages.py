@@ -23,6 +23,8 @@ __all__ = [
     "Role",
     "TextPart",
     "ToolCall",
+    "message_from_dict",
+    "message_to_dict",
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -158,3 +160,67 @@ def _content_key(m: Message) -> str:
     ]
     raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def message_to_dict(m: Message) -> dict[str, Any]:
+    """A JSON-ready form that :func:`message_from_dict` restores exactly (stores, offload files)."""
+    out: dict[str, Any] = {"role": m.role}
+    if m.content is not None:
+        out["content"] = m.content if isinstance(m.content, str) else [_part_to_dict(p) for p in m.content]
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "name": c.name,
+                "arguments": c.arguments,
+                **({"extra": dict(c.extra)} if c.extra else {}),
+            }
+            for c in m.tool_calls
+        ]
+    for name in ("tool_call_id", "name", "reasoning", "id"):
+        value = getattr(m, name)
+        if value is not None:
+            out[name] = value
+    if m.metadata:
+        out["metadata"] = dict(m.metadata)
+    if m.extra:
+        out["extra"] = dict(m.extra)
+    return out
+
+
+def message_from_dict(d: Mapping[str, Any]) -> Message:
+    """Inverse of :func:`message_to_dict`."""
+    content = d.get("content")
+    return Message(
+        role=d["role"],
+        content=content
+        if content is None or isinstance(content, str)
+        else tuple(_part_from_dict(p) for p in content),
+        tool_calls=tuple(
+            ToolCall(c["id"], c["name"], c["arguments"], c.get("extra", {})) for c in d.get("tool_calls", ())
+        ),
+        tool_call_id=d.get("tool_call_id"),
+        name=d.get("name"),
+        reasoning=d.get("reasoning"),
+        id=d.get("id"),
+        metadata=d.get("metadata", {}),
+        extra=d.get("extra", {}),
+    )
+
+
+def _part_to_dict(p: ContentPart) -> dict[str, Any]:
+    extra = {"extra": dict(p.extra)} if p.extra else {}
+    if isinstance(p, TextPart):
+        return {"type": "text", "text": p.text, **extra}
+    if isinstance(p, ImagePart):
+        return {"type": "image", "url": p.url, "media_type": p.media_type, **extra}
+    return {"type": "file", "url": p.url, "media_type": p.media_type, "name": p.name, **extra}
+
+
+def _part_from_dict(d: Mapping[str, Any]) -> ContentPart:
+    extra = d.get("extra", {})
+    if d["type"] == "text":
+        return TextPart(d["text"], extra)
+    if d["type"] == "image":
+        return ImagePart(d["url"], d.get("media_type"), extra)
+    return FilePart(d["url"], d.get("media_type"), d.get("name"), extra)

@@ -1,0 +1,122 @@
+"""The persisted compaction state: everything the view is derived from besides the transcript.
+
+It is immutable; each compaction produces a new state with `version + 1`, saved
+with compare-and-set on the version. It serialises to plain JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+__all__ = ["CompactionRecord", "CompactionState", "ProgressStep", "Summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """One compaction, for audit and replay."""
+
+    layer: str
+    """`L0`...`L4`, or `summary`."""
+    reason: str
+    """BUDGET, THRESHOLD_REACHED, OVERFLOW_RECOVERY or MANUAL."""
+    tokens_before: int
+    """View tokens before."""
+    tokens_after: int
+    """View tokens after."""
+    first: int = 0
+    """First transcript index affected."""
+    last: int = 0
+    """One past the last transcript index affected."""
+    references: tuple[str, ...] = ()
+    """Where the removed content was offloaded."""
+    at: float = field(default_factory=time.time)
+    """Unix time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summary of the transcript before `cursor`."""
+
+    text: str
+    """Rendered summary text (what goes into the summary slot)."""
+    cursor: int
+    """Transcript messages before this index are covered."""
+    data: Mapping[str, Any] | None = None
+    """The structured fields, when the summariser produced them."""
+    method: str = "extractive"
+    """`llm` or `extractive`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStep:
+    """A completed action, shown in the system prompt's task progress."""
+
+    step: int
+    """Step number."""
+    action: str
+    """What was done."""
+    summary: str
+    """One line about the outcome."""
+    reference: str = ""
+    """The step's snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionState:
+    """Summary, cursors, mask boundary, pending flag, breaker and records of one conversation."""
+
+    version: int = 0
+    """Incremented by each save; the compare-and-set token."""
+    mask_boundary: int = 0
+    """Tool outputs (and images) of messages before this transcript index are masked (L1)."""
+    image_boundary: int = 0
+    """Images of messages before this transcript index are replaced by their reference (L1)."""
+    drop_cursor: int = 0
+    """Rounds starting before this transcript index are out of the view (L2 / L4)."""
+    drop_reference: str = ""
+    """Where the dropped messages were offloaded."""
+    summary: Summary | None = None
+    """The current summary (L3), if any."""
+    compression_required: bool = False
+    """A compaction is due before the next model call (deferred, Agents-Flex)."""
+    compression_reason: str = ""
+    """Why it is due."""
+    failures: int = 0
+    """Consecutive summary failures."""
+    breaker_open: bool = False
+    """Summaries are no longer attempted for this conversation."""
+    progress: tuple[ProgressStep, ...] = ()
+    """Completed steps, in order."""
+    progress_shown: int = 0
+    """How many steps the system prompt shows (advanced only when the view changes anyway)."""
+    records: tuple[CompactionRecord, ...] = ()
+    """Every compaction so far."""
+
+    @property
+    def cut(self) -> int:
+        """Transcript index from which rounds are in view (after drops and summary)."""
+        return max(self.drop_cursor, self.summary.cursor if self.summary else 0)
+
+    def evolve(self, **changes: Any) -> CompactionState:
+        """A copy with `changes` (the version is bumped by the store on save)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompactionState:
+        """Inverse of :meth:`to_dict`."""
+        values = dict(data)
+        summary = values.get("summary")
+        values["summary"] = Summary(**summary) if summary else None
+        values["progress"] = tuple(ProgressStep(**p) for p in values.get("progress", ()))
+        values["records"] = tuple(
+            CompactionRecord(**{**r, "references": tuple(r.get("references", ()))})
+            for r in values.get("records", ())
+        )
+        return cls(**values)

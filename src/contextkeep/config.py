@@ -1,0 +1,220 @@
+"""One validated configuration holding every knob of the three source designs.
+
+`ContextConfig` is a pydantic model: an invalid value raises `ConfigError` naming
+the key. It loads from a `contextkeep.toml` (our own `[context]` table, or
+DB-GPT's `[service.web.agent_context]` with per-model `[[models.llms]]`
+`context_length`) with `CONTEXTKEEP_<KEY>` environment overrides.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from contextkeep.budget import Thresholds
+from contextkeep.errors import ConfigError
+from contextkeep.rounds import RepairPolicy
+
+__all__ = ["ContextConfig", "FailureStrategy", "Layer", "UsageMode", "build_config", "load_config"]
+
+Layer = Literal["L1", "L2", "L3"]
+
+DEFAULT_COMPRESSION_PROMPT = (
+    "Summarise the earlier part of this agent conversation so the agent can continue the task "
+    "without it. Keep exact file paths, numbers, identifiers, variable names, commands, error "
+    "messages and the user's own requests and constraints. Record decisions, results, what is done "
+    "and what remains. Never invent anything that is not in the conversation."
+)
+DEFAULT_SUMMARY_TEMPLATE = (
+    "<context_summary>\nThe earlier conversation was compacted. Summary:\n{summary}\n</context_summary>"
+)
+
+
+class FailureStrategy(enum.StrEnum):
+    """What to do when a summary fails."""
+
+    FAIL = "fail"
+    """Raise: the model call does not happen."""
+    USE_ORIGINAL = "use_original"
+    """Go on with the view as it is (it may still overflow)."""
+    EXTRACTIVE = "extractive"
+    """Fall back to the deterministic, LLM-free summary."""
+
+
+class UsageMode(enum.StrEnum):
+    """Which token figures drive decisions."""
+
+    COMBINED = "combined"
+    """Provider-confirmed usage first (its flag is consumed first), then local counting."""
+    CONFIRMED_ONLY = "confirmed_only"
+    """Only provider-confirmed usage; no local estimate ever appears in confirmed fields."""
+    LOCAL_ONLY = "local_only"
+    """Only local counting; provider usage is recorded but drives nothing."""
+
+
+class ContextConfig(BaseModel):
+    """Every context-management setting, with the source designs' defaults."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True
+    )
+
+    # Capacity (DB-GPT `max_context_tokens` / `reserved_tokens`; Agents-Flex `reservedOutputTokens`).
+    max_context_tokens: int | None = Field(default=None, gt=0)
+    """Context window override; unset means the model spec decides (explicit > endpoint > registry)."""
+    reserved_tokens: int = Field(default=0, ge=0)
+    """Tokens reserved for output; 0 falls through to request max_tokens, agent default, model max output."""
+
+    # States (DB-GPT).
+    warning_threshold: float = 0.70
+    """Ratio at which the view is compacted with cheap layers (masking, dropping)."""
+    error_threshold: float = 0.90
+    """Ratio at or above which a summary (layer 3) is made if cheap layers did not suffice."""
+    critical_threshold: float = 0.95
+    """Ratio of the critical state."""
+    overflow_threshold: float = 1.0
+    """Ratio of the overflow state."""
+    target_ratio: float = Field(default=0.55, gt=0, lt=1)
+    """Hysteresis: once triggered, compaction goes on until the view is at or below this ratio."""
+
+    # Layers (DB-GPT layer semantics).
+    layers: tuple[Layer, ...] = ("L1", "L2", "L3")
+    """Which proactive layers run, in order."""
+    min_keep_recent_rounds: int = Field(default=3, ge=1)
+    """Newest rounds always kept verbatim."""
+    max_observation_age_rounds: int = Field(default=5, ge=1)
+    """Tool outputs of rounds older than this are masked by layer 1."""
+    truncated_observation_max_chars: int = Field(default=200, ge=20)
+    """Characters of a masked tool output kept as preview (head and tail)."""
+    min_keep_tokens: int = Field(default=10_000, ge=0)
+    """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
+    max_image_num: int = Field(default=4, ge=0)
+    """Images kept inline; older ones are replaced by their reference."""
+    pin_first_user: bool = True
+    """Keep the first user message (the task statement) in view after dropping or summarising."""
+    max_compact_failures: int = Field(default=3, ge=1)
+    """Consecutive summary failures that open the circuit breaker."""
+
+    # AgentScope ContextConfig.
+    trigger_ratio: float | None = Field(default=None, gt=0, le=0.9)
+    """AgentScope trigger: compact when the prompt exceeds this × context window (overrides warning)."""
+    reserve_ratio: float | None = Field(default=None, gt=0, lt=1)
+    """AgentScope reserve: recent tokens kept = this × context window (overrides min_keep_tokens)."""
+    tool_result_limit: int = Field(default=3000, gt=0)
+    """Tool results over this many tokens are cut at ingest (head and tail kept, full text offloaded)."""
+    compression_prompt: str = DEFAULT_COMPRESSION_PROMPT
+    """Instruction sent to the summarising model."""
+    summary_template: str = DEFAULT_SUMMARY_TEMPLATE
+    """How the summary is placed into the view; `{summary}` is replaced by the rendered summary."""
+    summary_schema: dict[str, Any] | None = None
+    """JSON Schema of the structured summary; unset means the five default fields."""
+    max_summary_tokens: int = Field(default=2_000, gt=0)
+    """Upper bound on a summary's size."""
+    summary_role: Literal["user", "system"] = "user"
+    """Role of the summary message (user keeps Anthropic's user-first rule)."""
+
+    # Agents-Flex AgentContextUsagePolicy.
+    usage_policy_enabled: bool = True
+    """Track provider-confirmed usage and compress when the confirmed baseline reaches the threshold."""
+    usage_mode: UsageMode = UsageMode.COMBINED
+    """Which figures drive decisions."""
+    compression_threshold_ratio: float = Field(default=0.85, gt=0, le=1)
+    """Confirmed baseline / usable input at which compression is scheduled before the next call."""
+    compress_on_token_limit_exceeded: bool = True
+    """Recover from a provider's input or total context overflow by compacting and retrying."""
+    max_token_limit_recovery_attempts: int = Field(default=1, ge=0)
+    """How many compact-then-retry attempts one call may make."""
+    keep_recent_turns: int | None = Field(default=None, ge=1)
+    """Agents-Flex: newest whole turns kept from summarising (in addition to recent rounds)."""
+    compression_failure_strategy: FailureStrategy = FailureStrategy.EXTRACTIVE
+    """What happens when a summary fails."""
+
+    # Ours.
+    repair_policy: RepairPolicy = RepairPolicy.RAISE
+    """What to do with a malformed history (raise, or repair and report)."""
+    recovery_margin_tokens: int = Field(default=256, ge=0)
+    """Extra tokens reactive compaction removes beyond the reported gap."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    @model_validator(mode="after")
+    def _check(self) -> ContextConfig:
+        self.thresholds()  # raises ConfigError naming the key
+        if self.target_ratio >= self.warning_threshold:
+            raise ConfigError("target_ratio", f"must be below warning_threshold ({self.warning_threshold})")
+        return self
+
+    def thresholds(self) -> Thresholds:
+        """The state thresholds."""
+        return Thresholds(
+            self.warning_threshold, self.error_threshold, self.critical_threshold, self.overflow_threshold
+        )
+
+    def merged(self, **changes: Any) -> ContextConfig:
+        """A validated copy with `changes` applied."""
+        return build_config({**self.model_dump(), **changes})
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    first = exc.errors()[0]
+    original = first.get("ctx", {}).get("error")
+    if isinstance(original, ConfigError):
+        return original
+    key = ".".join(str(p) for p in first["loc"]) or "config"
+    return ConfigError(key, f"{first['msg']} (got {first.get('input')!r})")
+
+
+def build_config(values: Mapping[str, Any]) -> ContextConfig:
+    """Validate `values` into a config; the error names the offending key."""
+    return ContextConfig(**dict(values))
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in ContextConfig.model_fields.items():
+        raw = environ.get(f"CONTEXTKEEP_{name.upper()}")
+        if raw is None:
+            continue
+        annotation = str(field.annotation)
+        if "tuple" in annotation:
+            out[name] = tuple(p.strip() for p in raw.split(",") if p.strip())
+        elif "bool" in annotation:
+            out[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            out[name] = raw  # pydantic converts numbers and enums from text
+    return out
+
+
+def load_config(
+    path: str | Path | None = None, *, model: str | None = None, environ: Mapping[str, str] | None = None
+) -> ContextConfig:
+    """Load `contextkeep.toml` (or `path`), apply `CONTEXTKEEP_*` overrides, validate.
+
+    Reads `[context]`, or DB-GPT's `[service.web.agent_context]`; when `model` names an
+    entry of `[[models.llms]]` with a `context_length`, that becomes `max_context_tokens`
+    unless the context table sets it.
+    """
+    values: dict[str, Any] = {}
+    file = Path(path) if path is not None else Path("contextkeep.toml")
+    if path is not None or file.exists():
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(str(file), f"cannot read configuration: {exc}") from None
+        table = data.get("context") or data.get("service", {}).get("web", {}).get("agent_context", {})
+        values.update(table)
+        for entry in data.get("models", {}).get("llms", []):
+            if model and entry.get("name") == model and "context_length" in entry:
+                values.setdefault("max_context_tokens", entry["context_length"])
+    values.update(_env_overrides(os.environ if environ is None else environ))
+    return build_config(values)

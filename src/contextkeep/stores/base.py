@@ -1,0 +1,84 @@
+"""What a state store keeps, and the protocol every backend implements.
+
+Three things per conversation: the **transcript** (append-only messages, each
+with its position), **documents** (versioned JSON: the compaction state under
+kind `compaction`, usage baselines under kind `usage` with a scope key), and
+**leases** (so two instances do not pay for the same summary).
+
+Every write is compare-and-set: `append` names the transcript length it expects
+and `save_document` the version it read. A stale expectation returns `False`
+and writes nothing; read-then-blind-write is never done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from contextkeep.messages import Message
+
+__all__ = ["Document", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A versioned JSON document."""
+
+    data: Mapping[str, Any]
+    """The content."""
+    version: int
+    """Version of this content; 0 means "never saved"."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A conversation state store (memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis)."""
+
+    async def append(
+        self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
+    ) -> bool:
+        """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
+        ...
+
+    async def load_messages(
+        self, conversation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[Message]:
+        """Messages from position `after` on (at most `limit`), in order."""
+        ...
+
+    async def count_messages(self, conversation_id: str) -> int:
+        """How many messages the transcript holds."""
+        ...
+
+    async def load_document(self, conversation_id: str, kind: str, scope: str = "") -> Document:
+        """The document, or an empty one with version 0."""
+        ...
+
+    async def save_document(
+        self,
+        conversation_id: str,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        expected_version: int,
+        scope: str = "",
+    ) -> bool:
+        """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
+        ...
+
+    async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
+        ...
+
+    async def release_lease(self, conversation_id: str, name: str, owner: str) -> None:
+        """Give a lease back (only its owner can)."""
+        ...
+
+    async def list_conversations(self) -> list[str]:
+        """Every conversation id with a transcript."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

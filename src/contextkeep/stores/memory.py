@@ -1,0 +1,82 @@
+"""The in-memory store: one process, nothing survives a restart. For tests and scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contextkeep.messages import Message
+from contextkeep.stores.base import Document
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A :class:`~contextkeep.stores.base.Store` kept in dictionaries."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, list[Message]] = {}
+        self._documents: dict[tuple[str, str, str], Document] = {}
+        self._leases: dict[tuple[str, str], tuple[str, float]] = {}
+        self._lock = asyncio.Lock()
+
+    async def append(
+        self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
+    ) -> bool:
+        async with self._lock:
+            stored = self._messages.setdefault(conversation_id, [])
+            if len(stored) != expected_length:
+                return False
+            stored.extend(messages)
+            return True
+
+    async def load_messages(
+        self, conversation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[Message]:
+        stored = self._messages.get(conversation_id, [])
+        return stored[after : None if limit is None else after + limit]
+
+    async def count_messages(self, conversation_id: str) -> int:
+        return len(self._messages.get(conversation_id, []))
+
+    async def load_document(self, conversation_id: str, kind: str, scope: str = "") -> Document:
+        return self._documents.get((conversation_id, kind, scope), Document({}, 0))
+
+    async def save_document(
+        self,
+        conversation_id: str,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        expected_version: int,
+        scope: str = "",
+    ) -> bool:
+        async with self._lock:
+            key = (conversation_id, kind, scope)
+            if self._documents.get(key, Document({}, 0)).version != expected_version:
+                return False
+            self._documents[key] = Document(dict(data), expected_version + 1)
+            return True
+
+    async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
+        async with self._lock:
+            now = time.monotonic()
+            holder = self._leases.get((conversation_id, name))
+            if holder is not None and holder[0] != owner and holder[1] > now:
+                return False
+            self._leases[(conversation_id, name)] = (owner, now + ttl_ms / 1000)
+            return True
+
+    async def release_lease(self, conversation_id: str, name: str, owner: str) -> None:
+        async with self._lock:
+            holder = self._leases.get((conversation_id, name))
+            if holder is not None and holder[0] == owner:
+                del self._leases[(conversation_id, name)]
+
+    async def list_conversations(self) -> list[str]:
+        return sorted(self._messages)
+
+    async def close(self) -> None:
+        return None
