@@ -11,7 +11,7 @@ from contextkeep.config import ContextConfig
 from contextkeep.messages import Message
 from contextkeep.tokens import TokenCounter
 
-__all__ = ["DEFAULT_SUMMARY_FIELDS", "SummaryRequest", "SummaryResult", "Summarizer"]
+__all__ = ["DEFAULT_SUMMARY_FIELDS", "Summarizer", "SummaryRequest", "SummaryResult"]
 
 DEFAULT_SUMMARY_FIELDS = (
     "task_overview",
