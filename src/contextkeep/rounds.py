@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from contextkeep.errors import MalformedHistoryError
 from contextkeep.messages import Message
 
-__all__ = ["Repair", "RepairPolicy", "Round", "RoundTracker", "repair_history", "split_rounds"]
+__all__ = [
+    "Repair",
+    "RepairPolicy",
+    "Round",
+    "RoundTracker",
+    "append_repaired",
+    "repair_history",
+    "split_rounds",
+]
 
 RoundKind = Literal["system", "user", "assistant"]
 _NO_RESULT = "[contextkeep: no result was recorded for this call]"
@@ -66,6 +74,16 @@ class RoundTracker:
 
     def __len__(self) -> int:
         return self._count
+
+    def copy(self) -> RoundTracker:
+        """An independent copy (to validate a batch without touching this tracker)."""
+        other = RoundTracker()
+        other.rounds = [*self.rounds[:-1], *(replace(r, pending=set(r.pending)) for r in self.rounds[-1:])]
+        other._count = self._count
+        other._call_ids = set(self._call_ids)
+        other._message_ids = set(self._message_ids)
+        other._turn = self._turn
+        return other
 
     def check(self, message: Message, index: int | None = None) -> None:
         """Raise `MalformedHistoryError` if `message` cannot be appended; change nothing."""
@@ -181,10 +199,22 @@ def repair_history(
 ) -> tuple[list[Message], list[Repair]]:
     """Return a history that splits cleanly, and the repairs made (none under `RAISE`)."""
     tracker = RoundTracker()
+    out, repairs = append_repaired(tracker, messages, policy)
+    if not allow_pending_tail and tracker.rounds and tracker.rounds[-1].pending:
+        if policy is not RepairPolicy.SYNTHESIZE:
+            tracker.require_complete()
+        _fill_pending(tracker, out, repairs, len(messages))
+    return out, repairs
+
+
+def append_repaired(
+    tracker: RoundTracker, messages: Sequence[Message], policy: RepairPolicy
+) -> tuple[list[Message], list[Repair]]:
+    """Append `messages` to `tracker` under `policy`; return what was appended and the repairs made."""
     out: list[Message] = []
     repairs: list[Repair] = []
     for i, m in enumerate(messages):
-        err = tracker._problem(m, len(out), raise_=False)
+        err = tracker._problem(m, len(tracker), raise_=False)
         if err is None:
             tracker.append(m)
             out.append(m)
@@ -192,23 +222,19 @@ def repair_history(
         if policy is RepairPolicy.RAISE:
             raise MalformedHistoryError(err.kind, i, err.message_id, err.detail)
         if err.kind == "missing_result" and policy is RepairPolicy.SYNTHESIZE:
-            for call_id in sorted(tracker.rounds[-1].pending):
-                filler = Message("tool", _NO_RESULT, tool_call_id=call_id, metadata={"ck_kind": "synthetic"})
-                tracker.append(filler)
-                out.append(filler)
-                repairs.append(Repair("missing_result", i, call_id, "synthesized"))
+            _fill_pending(tracker, out, repairs, i)
             tracker.append(m)
             out.append(m)
         elif m.role == "tool" and err.kind in ("orphan_result", "duplicate_id"):
             repairs.append(Repair(err.kind, i, err.message_id, "dropped"))
         else:
             raise MalformedHistoryError(err.kind, i, err.message_id, err.detail)
-    if not allow_pending_tail and tracker.rounds and tracker.rounds[-1].pending:
-        if policy is not RepairPolicy.SYNTHESIZE:
-            tracker.require_complete()
-        for call_id in sorted(tracker.rounds[-1].pending):
-            filler = Message("tool", _NO_RESULT, tool_call_id=call_id, metadata={"ck_kind": "synthetic"})
-            tracker.append(filler)
-            out.append(filler)
-            repairs.append(Repair("missing_result", len(messages), call_id, "synthesized"))
     return out, repairs
+
+
+def _fill_pending(tracker: RoundTracker, out: list[Message], repairs: list[Repair], index: int) -> None:
+    for call_id in sorted(tracker.rounds[-1].pending):
+        filler = Message("tool", _NO_RESULT, tool_call_id=call_id, metadata={"ck_kind": "synthetic"})
+        tracker.append(filler)
+        out.append(filler)
+        repairs.append(Repair("missing_result", index, call_id, "synthesized"))

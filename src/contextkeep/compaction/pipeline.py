@@ -1,0 +1,321 @@
+"""The progressive pipeline: cheap layers first, recount after each, stop when safe.
+
+Compaction triggers at one level and compacts down to a lower target
+(hysteresis), so it happens rarely and each pass reclaims enough to be worth a
+prompt-cache break. Each layer is a pure state change; what leaves the view is
+returned as offload work that the session performs *before* saving the state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextkeep.budget import Budget
+from contextkeep.compaction.builder import ViewBuilder, first_droppable
+from contextkeep.compaction.layers import droppable_rounds, mask, plan_drop, protected_start
+from contextkeep.compaction.state import CompactionRecord, CompactionState, Summary
+from contextkeep.config import ContextConfig, FailureStrategy
+from contextkeep.errors import SummaryError
+from contextkeep.events import CompressionFailed, ContextStatus
+from contextkeep.messages import Message
+from contextkeep.rounds import Round
+from contextkeep.summarizers.base import Summarizer, SummaryRequest
+from contextkeep.tokens import TokenCounter
+
+__all__ = ["Compactor", "Outcome"]
+
+logger = logging.getLogger("contextkeep.compaction")
+
+Tools = Sequence[Mapping[str, Any]] | None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The result of one compaction pass."""
+
+    state: CompactionState
+    """The new state (unsaved)."""
+    view: list[Message]
+    """The view it gives."""
+    tokens: int
+    """Its prompt tokens."""
+    statuses: list[ContextStatus] = field(default_factory=list)
+    """One status after each layer that changed the view."""
+    offloads: list[list[Message]] = field(default_factory=list)
+    """Message spans to offload before the state is saved."""
+    failures: list[CompressionFailed] = field(default_factory=list)
+    """Summary failures met on the way."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether any layer changed the view."""
+        return bool(self.statuses)
+
+
+class Compactor:
+    """Runs the layers for one conversation."""
+
+    def __init__(
+        self,
+        config: ContextConfig,
+        counter: TokenCounter,
+        builder: ViewBuilder,
+        reference: Callable[[Sequence[Message]], str],
+        summarizer: Summarizer | None = None,
+        fallback: Summarizer | None = None,
+        conversation_id: str = "",
+        status_context: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.counter = counter
+        self.builder = builder
+        self.reference = reference
+        self.summarizer = summarizer
+        self.fallback = fallback
+        self.conversation_id = conversation_id
+        self.status_context = dict(status_context or {})
+
+    def measure(
+        self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState, tools: Tools
+    ) -> tuple[list[Message], int]:
+        """The view for `state` and its tokens."""
+        view = self.builder.build(transcript, rounds, state)
+        return view, self.counter.count_prompt(view, tools)
+
+    async def run(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        *,
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        target: int,
+        force_summary: bool = False,
+        emergency: bool = True,
+    ) -> Outcome:
+        """Apply the configured layers until the view is at or under `target` tokens."""
+        view, tokens = self.measure(transcript, rounds, state, tools)
+        out = Outcome(state, view, tokens)
+        error_tokens = budget.tokens_at(self.config.error_threshold)
+        for layer in self.config.layers:
+            if out.tokens <= target and not (layer == "L3" and force_summary):
+                break
+            if layer == "L1":
+                new = mask(
+                    rounds,
+                    transcript,
+                    out.state,
+                    age=self.config.max_observation_age_rounds,
+                    keep=self.config.min_keep_recent_rounds,
+                    max_images=self.config.max_image_num,
+                )
+                self._apply(out, "L1", new, transcript, rounds, budget, tools, reason)
+            elif layer == "L2":
+                self._drop(
+                    out,
+                    transcript,
+                    rounds,
+                    budget,
+                    tools,
+                    reason,
+                    target,
+                    self.config.min_keep_recent_rounds,
+                    self._keep_tokens(budget),
+                    "L2",
+                )
+            elif force_summary or (error_tokens is not None and out.tokens >= error_tokens):
+                await self._summarize(out, transcript, rounds, budget, tools, reason)
+        effective = budget.effective
+        if emergency and effective is not None and out.tokens > effective:
+            self.reactive(out, transcript, rounds, budget, tools, reason, effective)
+        return out
+
+    def reactive(
+        self,
+        out: Outcome,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        target: int,
+    ) -> None:
+        """Layer 4: mask all but the last two rounds, then drop down to them, until under `target`."""
+        keep = min(2, self.config.min_keep_recent_rounds)
+        boundary = protected_start(rounds, keep)
+        if boundary > out.state.mask_boundary:
+            new = out.state.evolve(
+                mask_boundary=boundary, image_boundary=max(out.state.image_boundary, boundary)
+            )
+            self._apply(out, "L4", new, transcript, rounds, budget, tools, reason)
+        if out.tokens > target:
+            self._drop(out, transcript, rounds, budget, tools, reason, target, keep, 0, "L4")
+
+    def _keep_tokens(self, budget: Budget) -> int:
+        if self.config.reserve_ratio is not None and budget.context_window is not None:
+            return int(self.config.reserve_ratio * budget.context_window)
+        return self.config.min_keep_tokens
+
+    def _apply(
+        self,
+        out: Outcome,
+        layer: str,
+        new: CompactionState,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        span: tuple[int, int] = (0, 0),
+        references: tuple[str, ...] = (),
+    ) -> None:
+        if new == out.state:
+            return
+        new = new.evolve(progress_shown=len(new.progress))  # the prefix changes anyway: show progress now
+        view, tokens = self.measure(transcript, rounds, new, tools)
+        record = CompactionRecord(layer, reason, out.tokens, tokens, span[0], span[1], references)
+        out.state = new.evolve(records=(*new.records, record))
+        out.view, out.tokens = view, tokens
+        out.statuses.append(
+            ContextStatus.measure(
+                tokens,
+                budget,
+                source=self.counter.source,
+                layer=layer,
+                conversation_id=self.conversation_id,
+                **self.status_context,
+            )
+        )
+        logger.info(
+            "%s %s: %d -> %d tokens (%s)", self.conversation_id, layer, record.tokens_before, tokens, reason
+        )
+
+    def _drop(
+        self,
+        out: Outcome,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        target: int,
+        keep_rounds: int,
+        keep_tokens: int,
+        layer: str,
+    ) -> None:
+        start = first_droppable(rounds, self.config.pin_first_user)
+        # The estimate can fall short (framing context, the marker's own tokens): retry a few times.
+        for _ in range(4):
+            if out.tokens <= target:
+                return
+            cut = max(out.state.cut, start)
+            candidates = droppable_rounds(rounds, cut)
+            sizes = self._round_tokens(out.view, transcript, candidates)
+            plan = plan_drop(
+                candidates,
+                sizes,
+                cut,
+                excess=out.tokens - target,
+                keep_rounds=keep_rounds,
+                keep_tokens=keep_tokens,
+            )
+            if plan is None:
+                return
+            removed = list(transcript[plan.removed[0] : plan.removed[1]])
+            dropped_from = max(start, out.state.summary.cursor if out.state.summary else 0)
+            reference = self.reference(transcript[dropped_from : plan.cut])
+            new = out.state.evolve(drop_cursor=plan.cut, drop_reference=reference)
+            out.offloads.append(removed)
+            self._apply(
+                out,
+                layer,
+                new,
+                transcript,
+                rounds,
+                budget,
+                tools,
+                reason,
+                plan.removed,
+                (self.reference(removed),),
+            )
+
+    def _round_tokens(
+        self, view: Sequence[Message], transcript: Sequence[Message], rounds: Sequence[Round]
+    ) -> list[int]:
+        # The view ends with the transcript's tail (from the cut), so index arithmetic finds each message.
+        shift = len(view) - len(transcript)
+        return [
+            sum(self.counter.count_message(view[shift + i]) for i in range(r.start, r.end)) for r in rounds
+        ]
+
+    async def _summarize(
+        self,
+        out: Outcome,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+    ) -> None:
+        state = out.state
+        if state.breaker_open or (self.summarizer is None and self.fallback is None):
+            return
+        start = max(
+            first_droppable(rounds, self.config.pin_first_user), state.summary.cursor if state.summary else 0
+        )
+        cursor = protected_start(rounds, self.config.min_keep_recent_rounds)
+        if cursor <= start:
+            return
+        covered = list(transcript[start:cursor])
+        request = SummaryRequest(self.conversation_id, covered, state.summary, self.config, self.counter)
+        summarizer = self.summarizer if self.summarizer is not None else self.fallback
+        assert summarizer is not None
+        try:
+            result = await summarizer.summarize(request)
+            if not result.text.strip():
+                raise SummaryError("the summariser returned an empty summary")
+            failures = 0
+        except SummaryError as exc:
+            failures = state.failures + 1
+            breaker = failures >= self.config.max_compact_failures
+            out.failures.append(
+                CompressionFailed(
+                    conversation_id=self.conversation_id,
+                    layer="L3",
+                    compression_reason=reason,
+                    error=str(exc),
+                    consecutive_failures=failures,
+                    breaker_open=breaker,
+                )
+            )
+            out.state = state.evolve(failures=failures, breaker_open=breaker)
+            strategy = self.config.compression_failure_strategy
+            if strategy is FailureStrategy.FAIL:
+                raise
+            if (
+                strategy is FailureStrategy.USE_ORIGINAL
+                or self.fallback is None
+                or summarizer is self.fallback
+            ):
+                return
+            result = await self.fallback.summarize(request)
+        summary = Summary(result.text, cursor, result.data, result.method)
+        out.offloads.append(covered)
+        new = out.state.evolve(summary=summary, failures=failures)
+        self._apply(
+            out,
+            "L3",
+            new,
+            transcript,
+            rounds,
+            budget,
+            tools,
+            reason,
+            (start, cursor),
+            (self.reference(covered),),
+        )

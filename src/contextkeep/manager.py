@@ -1,0 +1,127 @@
+"""`ContextManager`: the entry point that opens sessions, with embedded defaults for everything."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+from contextkeep.capabilities import ModelSpec, resolve_model_spec
+from contextkeep.compaction.builder import SystemPromptHook, default_progress_hook
+from contextkeep.config import ContextConfig
+from contextkeep.events import EventBus
+from contextkeep.offload.workspace import LocalWorkspace, Workspace
+from contextkeep.session import Session
+from contextkeep.stores.base import Store
+from contextkeep.stores.memory import MemoryStore
+from contextkeep.summarizers.base import Summarizer
+from contextkeep.tokens import Encoder, PromptCounter, counter_for_model
+
+__all__ = ["ContextManager", "SyncSession"]
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("CONTEXTKEEP_HOME", ".contextkeep"))
+
+
+class ContextManager:
+    """Keeps conversations inside a model's context window.
+
+    Every collaborator has an embedded default: the in-memory or SQLite store,
+    a local workspace under `.contextkeep/workspace`, the LLM-free summariser, and
+    the model family's token counter.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec | str,
+        *,
+        config: ContextConfig | None = None,
+        store: Store | str | None = None,
+        workspace: Workspace | str | os.PathLike[str] | None = None,
+        summarizer: Summarizer | None = None,
+        fallback_summarizer: Summarizer | None = None,
+        tokenizer: str | Encoder | None = None,
+        counter_factory: Callable[[], PromptCounter] | None = None,
+        hooks: Sequence[SystemPromptHook] = (default_progress_hook,),
+        default_max_tokens: int | None = None,
+        events: EventBus | None = None,
+    ) -> None:
+        self.model = model if isinstance(model, ModelSpec) else resolve_model_spec(model)
+        self.config = config or ContextConfig()
+        self.store = _open_store(store)
+        self.workspace = (
+            workspace
+            if isinstance(workspace, Workspace)
+            else LocalWorkspace(workspace or _data_dir() / "workspace")
+        )
+        self.summarizer = summarizer
+        self.fallback_summarizer = fallback_summarizer if fallback_summarizer is not None else _extractive()
+        self.hooks = tuple(hooks)
+        self.default_max_tokens = default_max_tokens
+        self.events = events or EventBus()
+        self._counter_factory = counter_factory or (lambda: counter_for_model(self.model.key, tokenizer))
+
+    def new_counter(self) -> PromptCounter:
+        """A fresh token counter (one per session: it remembers that session's last prompt)."""
+        return self._counter_factory()
+
+    @asynccontextmanager
+    async def session(self, conversation_id: str) -> AsyncIterator[Session]:
+        """Open a conversation, loading whatever the store holds for it."""
+        session = Session(self, conversation_id)
+        await session.load()
+        yield session
+
+    async def close(self) -> None:
+        """Release the store's connections."""
+        await self.store.close()
+
+    @contextmanager
+    def sync_session(self, conversation_id: str) -> Iterator[SyncSession]:
+        """A blocking session for scripts (runs the async engine on a private event loop)."""
+        with asyncio.Runner() as runner:
+            session = Session(self, conversation_id)
+            runner.run(session.load())
+            yield SyncSession(session, runner)
+
+
+class SyncSession:
+    """Blocking twin of :class:`~contextkeep.session.Session` (same engine underneath)."""
+
+    def __init__(self, session: Session, runner: asyncio.Runner) -> None:
+        self.session = session
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.session, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(attr(*args, **kwargs))
+
+        return call
+
+
+def _open_store(store: Store | str | None) -> Store:
+    if store is None or store == "memory://":
+        return MemoryStore()
+    if isinstance(store, str):
+        from contextkeep.stores import open_store  # type: ignore[attr-defined]
+
+        opened: Store = open_store(store)
+        return opened
+    return store
+
+
+def _extractive() -> Summarizer | None:
+    try:
+        from contextkeep.summarizers.extractive import ExtractiveSummarizer  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    summarizer: Summarizer = ExtractiveSummarizer()
+    return summarizer

@@ -1,0 +1,410 @@
+"""The per-conversation engine: add → prepare → record → recover.
+
+A :class:`Session` holds one conversation's transcript (append-only), its
+compaction state and the caches that make each call cheap. Every change is
+written to the store with compare-and-set; offloads happen before the state that
+references them is saved, so a crash at any point leaves a state from which the
+next `prepare` builds a valid view.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from contextkeep.budget import Budget, resolve_reserved_output
+from contextkeep.compaction.builder import REF_KEY, ViewBuilder
+from contextkeep.compaction.pipeline import Compactor, Outcome
+from contextkeep.compaction.state import CompactionState, ProgressStep
+from contextkeep.errors import ContextOverflowError, StoreError
+from contextkeep.events import (
+    CompressionCompleted,
+    CompressionStarted,
+    ContextOffloaded,
+    ContextStatus,
+    HistoryRepaired,
+    ToolResultTruncated,
+)
+from contextkeep.formats.openai import from_openai
+from contextkeep.messages import ContentPart, ImagePart, Message, TextPart
+from contextkeep.models.adapter import ModelReply
+from contextkeep.models.overflow import classify_exception
+from contextkeep.rounds import RoundTracker, append_repaired
+from contextkeep.usage import Usage
+from contextkeep.view import View
+
+if TYPE_CHECKING:
+    from contextkeep.manager import ContextManager
+
+__all__ = ["Session"]
+
+logger = logging.getLogger("contextkeep.session")
+
+_COMPACTION = "compaction"
+_CAS_ATTEMPTS = 8
+Tools = Sequence[Mapping[str, Any]] | None
+
+
+class Session:
+    """One conversation. Obtain it from `ContextManager.session(conversation_id)`."""
+
+    def __init__(self, manager: ContextManager, conversation_id: str) -> None:
+        self.manager = manager
+        self.conversation_id = conversation_id
+        self.config = manager.config
+        self.counter = manager.new_counter()
+        self._transcript: list[Message] = []
+        self._tracker = RoundTracker()
+        self._state = CompactionState()
+        self._builder = ViewBuilder(self.config, self.counter, manager.hooks)
+        self._compactor = Compactor(
+            self.config,
+            self.counter,
+            self._builder,
+            lambda ms: manager.workspace.context_ref(conversation_id, ms),
+            summarizer=manager.summarizer,
+            fallback=manager.fallback_summarizer,
+            conversation_id=conversation_id,
+            status_context={"model_key": manager.model.key, "capacity_source": manager.model.source.value},
+        )
+        self.last_usage: Usage | None = None
+
+    # Reading.
+    @property
+    def transcript(self) -> Sequence[Message]:
+        """Every message, in order, exactly as added (never edited)."""
+        return tuple(self._transcript)
+
+    @property
+    def state(self) -> CompactionState:
+        """The current compaction state."""
+        return self._state
+
+    async def load(self) -> None:
+        """Catch up with the store: new messages, and the state if another instance changed it."""
+        store = self.manager.store
+        fresh = await store.load_messages(self.conversation_id, after=len(self._transcript))
+        for m in fresh:
+            self._tracker.append(m)
+            self._transcript.append(m)
+        doc = await store.load_document(self.conversation_id, _COMPACTION)
+        if doc.version != self._state.version:
+            self._state = CompactionState.from_dict({**doc.data, "version": doc.version})
+
+    # Adding.
+    async def add(
+        self, messages: Iterable[Message | Mapping[str, Any]] | Message | Mapping[str, Any]
+    ) -> list[Message]:
+        """Validate and append messages (OpenAI dicts or `Message`s); returns them as stored.
+
+        A malformed history raises `MalformedHistoryError` (nothing is stored), unless
+        the configured repair policy fixes it; each repair is reported as an event.
+        """
+        batch = _as_messages(messages)
+        for _ in range(_CAS_ATTEMPTS):
+            tracker = self._tracker.copy()
+            accepted, repairs = append_repaired(tracker, batch, self.config.repair_policy)
+            base = len(self._transcript)
+            stamped = [m if m.id else _with_id(m, f"m{base + i:06d}") for i, m in enumerate(accepted)]
+            stamped = [await self._ingest(m) for m in stamped]
+            if await self.manager.store.append(self.conversation_id, stamped, expected_length=base):
+                self._tracker = tracker
+                self._transcript.extend(stamped)
+                for r in repairs:
+                    self._emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
+                return stamped
+            await self.load()  # another instance appended first: validate again on top of its messages
+        raise StoreError(f"could not append to {self.conversation_id!r}: the transcript kept changing")
+
+    async def _ingest(self, m: Message) -> Message:
+        """Offload what layers 0/1 may shorten later, so every reference exists before it is shown."""
+        workspace = self.manager.workspace
+        if m.role == "tool" and m.tool_call_id and len(m.text) > self.config.truncated_observation_max_chars:
+            ref = await workspace.offload_tool_result(self.conversation_id, m.tool_call_id, m.text)
+            m = m.with_metadata(**{REF_KEY: ref})
+            tokens = self.counter.count_text(m.text)
+            self._emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
+            if tokens > self.config.tool_result_limit:
+                kept = self._builder._derive(m, len(self._transcript), CompactionState())
+                self._emit(
+                    ToolResultTruncated(
+                        tool_call_id=m.tool_call_id or "",
+                        tokens_before=tokens,
+                        tokens_after=self.counter.count_text(kept.text),
+                        reference=ref,
+                    )
+                )
+        if m.media and not isinstance(m.content, str) and m.content is not None:
+            parts = [await self._offload_part(p) for p in m.content]
+            m = Message(
+                m.role,
+                tuple(parts),
+                m.tool_calls,
+                m.tool_call_id,
+                m.name,
+                m.reasoning,
+                m.id,
+                m.metadata,
+                m.extra,
+            )
+        return m
+
+    async def _offload_part(self, part: ContentPart) -> ContentPart:
+        if isinstance(part, TextPart) or not part.url.startswith("data:") or ";base64," not in part.url:
+            return part
+        head, data = part.url[5:].split(";base64,", 1)
+        ext = head.rsplit("/", 1)[-1] or "bin"
+        ref = await self.manager.workspace.offload_data(base64.b64decode(data), ext)
+        self._emit(ContextOffloaded(reference=ref, kind="data", messages=0))
+        extra = {**part.extra, REF_KEY: ref}
+        if isinstance(part, ImagePart):
+            return ImagePart(part.url, part.media_type, extra)
+        return type(part)(part.url, part.media_type, part.name, extra)
+
+    # Preparing.
+    def budget(self, max_tokens: int | None = None) -> Budget:
+        """The budget of the next call (`max_tokens` is the request's, if any)."""
+        reserved, _ = resolve_reserved_output(
+            self.config.reserved_tokens,
+            max_tokens,
+            self.manager.default_max_tokens,
+            self.manager.model.max_output_tokens,
+        )
+        window = self.config.max_context_tokens or self.manager.model.context_window
+        return Budget(window, reserved, self.config.thresholds())
+
+    def _trigger(self, budget: Budget) -> int | None:
+        if self.config.trigger_ratio is not None and budget.context_window is not None:
+            return int(self.config.trigger_ratio * budget.context_window)
+        return budget.tokens_at(self.config.warning_threshold)
+
+    async def prepare(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
+        """The view for the next model call, compacted first if the budget (or a deferred flag) says so."""
+        await self.load()
+        self._tracker.require_complete()
+        budget = self.budget(max_tokens)
+        view, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
+        trigger, target = self._trigger(budget), budget.tokens_at(self.config.target_ratio)
+        layers: tuple[str, ...] = ()
+        reason = ""
+        if self._state.compression_required:
+            reason = self._state.compression_reason or "THRESHOLD_REACHED"
+        elif trigger is not None and tokens >= trigger:
+            reason = "BUDGET"
+        if reason and target is not None:
+            outcome = await self._compact(
+                budget, tools, reason, target, force=self._state.compression_required
+            )
+            view, tokens = outcome.view, outcome.tokens
+            layers = tuple(s.compact_layer or "" for s in outcome.statuses)
+        status = self._status(tokens, budget)
+        self._emit(status)
+        return View(view, tokens, status, layers)
+
+    async def compress(
+        self, *, tools: Tools = None, max_tokens: int | None = None, **override: Any
+    ) -> Outcome | None:
+        """Compact on demand with optional config overrides; a no-op below the trigger (AgentScope)."""
+        config = self.config.merged(**override) if override else self.config
+        saved = self.config
+        self.config = self._compactor.config = self._builder.config = config
+        try:
+            budget = self.budget(max_tokens)
+            _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
+            trigger, target = self._trigger(budget), budget.tokens_at(config.target_ratio)
+            if trigger is None or target is None or tokens < trigger:
+                return None
+            return await self._compact(budget, tools, "MANUAL", target)
+        finally:
+            self.config = self._compactor.config = self._builder.config = saved
+
+    async def _compact(
+        self,
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        target: int,
+        *,
+        force: bool = False,
+        reactive: int | None = None,
+    ) -> Outcome:
+        """Run the pipeline, offload, then save the state (CAS; on conflict reload and run again)."""
+        for _ in range(_CAS_ATTEMPTS):
+            before = self._state
+            _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, before, tools)
+            await self._aemit(
+                CompressionStarted(
+                    layer="pipeline",
+                    compression_reason=reason,
+                    tokens_before=tokens,
+                    compression_required=before.compression_required,
+                )
+            )
+            rounds = self._tracker.rounds
+            if reactive is None:
+                outcome = await self._compactor.run(
+                    self._transcript,
+                    rounds,
+                    before,
+                    budget=budget,
+                    tools=tools,
+                    reason=reason,
+                    target=target,
+                    force_summary=force,
+                )
+            else:
+                view, now = self._compactor.measure(self._transcript, rounds, before, tools)
+                outcome = Outcome(before, view, now)
+                self._compactor.reactive(outcome, self._transcript, rounds, budget, tools, reason, reactive)
+            for failure in outcome.failures:
+                await self._aemit(failure)
+            for span in outcome.offloads:
+                ref = await self.manager.workspace.offload_context(self.conversation_id, span)
+                await self._aemit(ContextOffloaded(reference=ref, kind="context", messages=len(span)))
+            new = outcome.state.evolve(compression_required=False, compression_reason="")
+            if new == before:
+                return outcome
+            if await self._save(new, before.version):
+                for status in outcome.statuses:
+                    await self._aemit(status)
+                await self._aemit(
+                    CompressionCompleted(
+                        layer=",".join(s.compact_layer or "" for s in outcome.statuses) or "none",
+                        compression_reason=reason,
+                        tokens_before=tokens,
+                        tokens_after=outcome.tokens,
+                        references=tuple(
+                            r for rec in new.records[len(before.records) :] for r in rec.references
+                        ),
+                    )
+                )
+                outcome.state = self._state
+                return outcome
+            await self.load()
+        raise StoreError(f"could not save the compaction state of {self.conversation_id!r}: it kept changing")
+
+    async def _save(self, state: CompactionState, expected: int) -> bool:
+        data = state.to_dict()
+        data.pop("version")
+        ok = await self.manager.store.save_document(
+            self.conversation_id, _COMPACTION, data, expected_version=expected
+        )
+        if ok:
+            self._state = state.evolve(version=expected + 1)
+        return ok
+
+    async def update_state(self, **changes: Any) -> CompactionState:
+        """Change state fields with compare-and-set (reloading and retrying on conflict)."""
+        for _ in range(_CAS_ATTEMPTS):
+            if await self._save(self._state.evolve(**changes), self._state.version):
+                return self._state
+            await self.load()
+        raise StoreError(f"could not update the state of {self.conversation_id!r}: it kept changing")
+
+    # Recording.
+    async def record(
+        self, reply: ModelReply | Message | Mapping[str, Any] | Any, usage: Usage | None = None
+    ) -> Message:
+        """Append the model's reply (`ModelReply`, `Message`, OpenAI dict or SDK response) and its usage."""
+        message, found = _reply_message(reply)
+        self.last_usage = usage or found
+        (stored,) = await self.add([message])
+        return stored
+
+    # Recovering.
+    async def recover(
+        self, error: BaseException, *, tools: Tools = None, max_tokens: int | None = None
+    ) -> View:
+        """Layer 4: compact after a provider overflow so the same call can be retried.
+
+        Raises the original error when it is not an input/total-context overflow or
+        nothing can be compacted.
+        """
+        overflow = error if isinstance(error, ContextOverflowError) else classify_exception(error)
+        if overflow is None or not overflow.recoverable:
+            raise error
+        budget = self.budget(max_tokens)
+        _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
+        target = self._recovery_target(tokens, overflow)
+        outcome = await self._compact(budget, tools, "OVERFLOW_RECOVERY", target, reactive=target)
+        if not outcome.changed or outcome.tokens >= tokens:
+            raise error
+        status = self._status(outcome.tokens, budget)
+        self._emit(status)
+        return View(
+            outcome.view, outcome.tokens, status, tuple(s.compact_layer or "" for s in outcome.statuses)
+        )
+
+    def _recovery_target(self, local: int, overflow: ContextOverflowError) -> int:
+        margin = self.config.recovery_margin_tokens
+        if overflow.limit and overflow.requested and overflow.requested > 0:
+            # The provider's count may differ from ours: scale the gap into local tokens.
+            return max(int(local * overflow.limit / overflow.requested) - margin, 0)
+        return 0  # unknown gap: down to the system prompt and the last two rounds
+
+    # Snapshots and progress.
+    async def snapshot(self, action: str, payload: Mapping[str, Any], *, summary: str = "") -> str:
+        """Write an action snapshot (DB-GPT) and record the step in the task progress."""
+        ref = await self.manager.workspace.write_snapshot(
+            self.conversation_id, action, {**payload, "conv_id": self.conversation_id}
+        )
+        step = int(ref.rsplit("/", 1)[-1].split("_")[1])
+        await self.update_state(progress=(*self._state.progress, ProgressStep(step, action, summary, ref)))
+        return ref
+
+    # Events.
+    def _status(self, tokens: int, budget: Budget) -> ContextStatus:
+        return ContextStatus.measure(
+            tokens,
+            budget,
+            source=self.counter.source,
+            conversation_id=self.conversation_id,
+            model_key=self.manager.model.key,
+            capacity_source=self.manager.model.source.value,
+        )
+
+    def _emit(self, event: Any) -> None:
+        self.manager.events.emit(_stamp(event, self.conversation_id))
+
+    async def _aemit(self, event: Any) -> None:
+        await self.manager.events.aemit(_stamp(event, self.conversation_id))
+
+
+def _stamp(event: Any, conversation_id: str) -> Any:
+    if getattr(event, "conversation_id", None) == conversation_id:
+        return event
+    return replace(event, conversation_id=conversation_id)
+
+
+def _with_id(m: Message, mid: str) -> Message:
+    return replace(m, id=mid)
+
+
+def _as_messages(
+    messages: Iterable[Message | Mapping[str, Any]] | Message | Mapping[str, Any],
+) -> list[Message]:
+    items: Iterable[Message | Mapping[str, Any]] = (
+        [messages] if isinstance(messages, Message | Mapping) else messages
+    )
+    out: list[Message] = []
+    for item in items:
+        out.append(item if isinstance(item, Message) else from_openai([item])[0])
+    return out
+
+
+def _reply_message(reply: Any) -> tuple[Message, Usage | None]:
+    if isinstance(reply, ModelReply):
+        return reply.message, reply.usage
+    if isinstance(reply, Message):
+        return reply, None
+    if isinstance(reply, Mapping):
+        if "choices" in reply:
+            return from_openai([reply["choices"][0]["message"]])[0], Usage.from_openai(reply.get("usage"))
+        return from_openai([reply])[0], None
+    dump = getattr(reply, "model_dump", None)
+    if callable(dump):  # an SDK response object
+        return _reply_message(dump(exclude_none=True))
+    raise TypeError(f"cannot record a reply of type {type(reply).__name__}")
