@@ -89,6 +89,8 @@ class ViewBuilder:
                     text = hook(text, state.progress[: state.progress_shown])
                 m = m if text == m.text else m.with_text(text)
             out.append(m)
+        if state.minimal:
+            return out
         start = first_droppable(rounds, self.config.pin_first_user)
         cut = max(state.cut, start)
         if cut > start and self.config.pin_first_user and start > preamble_end:

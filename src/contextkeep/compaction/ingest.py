@@ -13,12 +13,13 @@ __all__ = ["truncate_tool_result"]
 
 
 def truncate_tool_result(text: str, limit: int, counter: TokenCounter, reference: str | None) -> str | None:
-    """Head and tail of `text` within `limit` tokens plus the marker, or `None` if it fits already."""
+    """Head and tail of `text` within `limit` tokens, then the marker; `None` if it fits already."""
     tokens = counter.count_text(text)
     if tokens <= limit:
         return None
     reminder = truncation_reminder(reference)
-    budget = max(limit - counter.count_text(reminder) - 4, limit // 4)
+    # The kept part fits the limit; the marker and reminder come on top (AgentScope).
+    budget = limit
     chars = int(len(text) * budget / tokens)
     # Shrink until the kept text fits; the character estimate is usually right the first time.
     while True:

@@ -101,6 +101,8 @@ class Compactor:
         """Apply the configured layers until the view is at or under `target` tokens."""
         view, tokens = self.measure(transcript, rounds, state, tools)
         out = Outcome(state, view, tokens)
+        if state.minimal:
+            self._apply(out, "L2", state.evolve(minimal=False), transcript, rounds, budget, tools, reason)
         error_tokens = budget.tokens_at(self.config.error_threshold)
         for layer in self.config.layers:
             if out.tokens <= target and not (layer == "L3" and force_summary):
@@ -155,6 +157,8 @@ class Compactor:
             self._apply(out, "L4", new, transcript, rounds, budget, tools, reason)
         if out.tokens > target:
             self._drop(out, transcript, rounds, budget, tools, reason, target, keep, 0, "L4")
+        if out.tokens > target and not out.state.minimal:
+            self._apply(out, "L4", out.state.evolve(minimal=True), transcript, rounds, budget, tools, reason)
 
     def _keep_tokens(self, budget: Budget) -> int:
         if self.config.reserve_ratio is not None and budget.context_window is not None:

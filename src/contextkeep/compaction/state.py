@@ -80,6 +80,8 @@ class CompactionState:
     """Where the dropped messages were offloaded."""
     summary: Summary | None = None
     """The current summary (L3), if any."""
+    minimal: bool = False
+    """Emergency view: the pinned task, summary and marker are left out too (set by L4 only when needed)."""
     compression_required: bool = False
     """A compaction is due before the next model call (deferred, Agents-Flex)."""
     compression_reason: str = ""

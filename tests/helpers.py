@@ -1,0 +1,67 @@
+"""Builders shared by the engine tests: conversations, managers, reference checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from contextkeep.capabilities import ModelSpec
+from contextkeep.config import ContextConfig
+from contextkeep.manager import ContextManager
+from contextkeep.messages import Message
+from contextkeep.offload import Workspace
+
+REFERENCE = re.compile(r"\[Full detail available at: ([^\]\s]+)\]|refer to the file in '([^']+)'")
+
+
+def manager(tmp_path: Path, window: int | None = 4000, *, reserve: int = 0, **config: Any) -> ContextManager:
+    """A manager on a heuristic counter (fast, deterministic), an in-memory store and a temp workspace."""
+    return ContextManager(
+        ModelSpec("test-model", window),
+        config=ContextConfig(reserved_tokens=reserve, **config),
+        workspace=tmp_path / "ws",
+        tokenizer="heuristic",
+    )
+
+
+def call(call_id: str, command: str = "ls") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": f"running {command}",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+            }
+        ],
+    }
+
+
+def result(call_id: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def rounds(n: int, size: int = 400, start: int = 0) -> list[dict[str, Any]]:
+    """`n` tool rounds whose outputs are `size` characters, each with a recognisable head and tail."""
+    out: list[dict[str, Any]] = []
+    for i in range(start, start + n):
+        body = f"HEAD-{i} " + "x" * max(size - 20, 0) + f" TAIL-{i}"
+        out += [call(f"c{i}", f"cmd {i}"), result(f"c{i}", body)]
+    return out
+
+
+def references(view: Sequence[Message]) -> list[str]:
+    """Every offload reference shown in a view."""
+    return [a or b for m in view for a, b in REFERENCE.findall(m.text)]
+
+
+async def assert_references_readable(workspace: Workspace, view: Sequence[Message]) -> int:
+    """Read back every reference in `view`; return how many there were."""
+    refs = references(view)
+    for ref in refs:
+        assert await workspace.read(ref), ref
+    return len(refs)

@@ -1,0 +1,474 @@
+"""Model adapters through the real openai and anthropic SDKs against the fake LLM server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from contextkeep.capabilities import CapacitySource
+from contextkeep.errors import ConfigError, ContextOverflowError, ModelError, OverflowPhase
+from contextkeep.messages import Message, ToolCall
+from contextkeep.models import (
+    AnthropicAdapter,
+    LiteLLMAdapter,
+    ModelAdapter,
+    OpenAIAdapter,
+    ProviderError,
+)
+from contextkeep.models.openai import _StreamAssembly
+from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
+from contextkeep.usage import UsageSource
+
+WINDOW = 200
+VIEW = [Message("system", "You are terse."), Message("user", "List the files.")]
+LS = ToolCallSpec("ls", {"path": "."})
+CAT = ToolCallSpec("cat", {"path": "README.md"})
+OPENAI_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "ls",
+        "description": "List a directory.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+ANTHROPIC_TOOL = {
+    "name": "cat",
+    "description": "Print a file.",
+    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+
+
+@pytest.fixture
+def srv() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(context_window=WINDOW) as server:
+        yield server
+
+
+def oai_client(server: FakeLLMServer) -> openai.AsyncOpenAI:
+    # Plain HTTP: skipping certificate loading keeps each client cheap.
+    http = openai.DefaultAsyncHttpxClient(verify=False)
+    return openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0, http_client=http)
+
+
+def claude_client(server: FakeLLMServer) -> anthropic.AsyncAnthropic:
+    http = anthropic.DefaultAsyncHttpxClient(verify=False)
+    return anthropic.AsyncAnthropic(
+        base_url=server.anthropic_base_url, api_key="k", max_retries=0, http_client=http
+    )
+
+
+def oai(server: FakeLLMServer, **kwargs: Any) -> OpenAIAdapter:
+    return OpenAIAdapter(server.model, client=oai_client(server), **kwargs)
+
+
+def claude(server: FakeLLMServer, **kwargs: Any) -> AnthropicAdapter:
+    return AnthropicAdapter(server.model, client=claude_client(server), **kwargs)
+
+
+def fixed(n: int) -> Any:
+    """A counter that says every prompt has `n` tokens."""
+    return lambda body: n
+
+
+def last_body(server: FakeLLMServer) -> dict[str, Any]:
+    body: dict[str, Any] = server.requests[-1].body
+    return body
+
+
+# -- OpenAI replies ------------------------------------------------------------------------
+
+
+async def test_openai_text_reply_with_confirmed_usage(srv: FakeLLMServer) -> None:
+    srv.enqueue("Three files.")
+    adapter = oai(srv)
+    reply = await adapter.complete(VIEW, max_tokens=50, temperature=0)
+
+    assert isinstance(adapter, ModelAdapter)
+    assert reply.message == Message("assistant", "Three files.")
+    assert (reply.finish_reason, reply.model) == ("stop", srv.model)
+    assert isinstance(reply.raw, openai.types.chat.ChatCompletion)
+    body = last_body(srv)
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "List the files."},
+    ]
+    assert (body["max_tokens"], body["temperature"], body["model"]) == (50, 0, srv.model)
+    prompt = srv.counter(body)
+    assert reply.usage.source is UsageSource.PROVIDER_CONFIRMED
+    assert reply.usage.input_tokens == prompt
+    assert reply.usage.output_tokens is not None and reply.usage.output_tokens > 0
+    assert reply.usage.total_tokens == prompt + reply.usage.output_tokens
+
+
+async def test_openai_parallel_tool_calls_and_tools_in_either_shape(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(tool_calls=[LS, CAT]))
+    reply = await oai(srv).complete(VIEW, tools=[OPENAI_TOOL, ANTHROPIC_TOOL], tool_choice="auto")
+
+    assert reply.finish_reason == "tool_calls"
+    assert reply.message.content is None
+    calls = [(c.id, c.name, json.loads(c.arguments)) for c in reply.message.tool_calls]
+    assert calls == [("call_0001", "ls", {"path": "."}), ("call_0002", "cat", {"path": "README.md"})]
+    sent = last_body(srv)["tools"]
+    assert sent[0] == OPENAI_TOOL
+    assert sent[1] == {
+        "type": "function",
+        "function": {
+            "name": "cat",
+            "parameters": ANTHROPIC_TOOL["input_schema"],
+            "description": "Print a file.",
+        },
+    }
+
+
+async def test_openai_reasoning_content_becomes_message_reasoning(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(text="42", reasoning="6 times 7"))
+    reply = await oai(srv).complete(VIEW)
+    assert (reply.message.text, reply.message.reasoning) == ("42", "6 times 7")
+
+
+@pytest.mark.parametrize(
+    ("mode", "source", "has_input", "has_output", "has_total"),
+    [
+        ("full", UsageSource.PROVIDER_CONFIRMED, True, True, True),
+        ("omit", UsageSource.UNAVAILABLE, False, False, False),
+        ("prompt_only", UsageSource.PROVIDER_CONFIRMED, True, False, False),
+        ("completion_only", UsageSource.PROVIDER_CONFIRMED, False, True, False),
+    ],
+)
+async def test_openai_usage_modes(
+    srv: FakeLLMServer, mode: Any, source: UsageSource, has_input: bool, has_output: bool, has_total: bool
+) -> None:
+    srv.usage_mode = mode
+    reply = await oai(srv).complete(VIEW)
+    usage = reply.usage
+    assert usage.source is source
+    assert (usage.input_tokens is not None, usage.output_tokens is not None) == (has_input, has_output)
+    assert (usage.total_tokens is not None) == has_total
+    assert usage.complete == (mode == "full")
+    if has_input:
+        assert usage.input_tokens == srv.counter(last_body(srv))
+
+
+# -- OpenAI streaming ----------------------------------------------------------------------
+
+
+async def test_openai_stream_assembles_text_reasoning_and_keeps_usage(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(text="one two three four", reasoning="count words"))
+    reply = await oai(srv, stream=True).complete(VIEW, max_tokens=40)
+
+    body = last_body(srv)
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert reply.message.text == "one two three four"
+    assert reply.message.reasoning == "count words"
+    assert reply.message.tool_calls == ()
+    assert (reply.finish_reason, reply.model) == ("stop", srv.model)
+    assert reply.usage.source is UsageSource.PROVIDER_CONFIRMED
+    assert reply.usage.input_tokens == srv.counter(body)
+    assert reply.usage.total_tokens == reply.usage.input_tokens + (reply.usage.output_tokens or 0)
+    assert isinstance(reply.raw, list) and len(reply.raw) > 4  # one chunk per word at least
+
+
+async def test_openai_stream_per_call_with_parallel_tool_calls(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(tool_calls=[LS, CAT]))
+    reply = await oai(srv).complete(VIEW, stream=True, stream_options={"include_obfuscation": False})
+
+    assert last_body(srv)["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+    assert reply.finish_reason == "tool_calls"
+    assert reply.message.content is None
+    calls = [(c.id, c.name, json.loads(c.arguments)) for c in reply.message.tool_calls]
+    assert calls == [("call_0001", "ls", {"path": "."}), ("call_0002", "cat", {"path": "README.md"})]
+
+
+async def test_openai_stream_without_usage_is_unavailable(srv: FakeLLMServer) -> None:
+    srv.usage_mode = "omit"
+    reply = await oai(srv, stream=True).complete(VIEW)
+    assert reply.message.text == "ok"
+    assert reply.usage.source is UsageSource.UNAVAILABLE
+
+
+def test_stream_assembly_splits_calls_sharing_an_index() -> None:
+    # Some servers send every parallel call under index 0; the id tells them apart.
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> Any:
+        return openai.types.chat.ChatCompletionChunk.model_validate(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+
+    def call(call_id: str | None, name: str | None, args: str) -> dict[str, Any]:
+        fn = {"name": name, "arguments": args} if name else {"arguments": args}
+        return {"tool_calls": [{"index": 0, "id": call_id, "function": fn}]}
+
+    assembly = _StreamAssembly()
+    for delta in (call("a", "ls", '{"pa'), call(None, None, 'th": "."}'), call("b", "cat", "{}")):
+        assembly.add(chunk(delta))
+    assembly.add(chunk({}, "tool_calls"))
+    reply = assembly.reply()
+    assert [(c.id, c.name, c.arguments) for c in reply.message.tool_calls] == [
+        ("a", "ls", '{"path": "."}'),
+        ("b", "cat", "{}"),
+    ]
+    assert reply.usage.source is UsageSource.UNAVAILABLE
+
+
+# -- OpenAI errors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "prompt", "max_tokens", "phase", "limit", "requested"),
+    [
+        ("openai", 250, None, OverflowPhase.INPUT_CONTEXT, WINDOW, 250),
+        ("openai", 150, 100, OverflowPhase.TOTAL_CONTEXT, WINDOW, 250),
+        ("deepseek", 150, 100, OverflowPhase.TOTAL_CONTEXT, WINDOW, 250),
+        ("vllm", 150, 100, OverflowPhase.TOTAL_CONTEXT, WINDOW, 250),
+        ("vllm", 150, 250, OverflowPhase.OUTPUT, WINDOW, 250),
+        ("llamacpp", 260, None, OverflowPhase.INPUT_CONTEXT, WINDOW, 260),
+        ("dashscope", 260, None, OverflowPhase.INPUT_CONTEXT, WINDOW, None),
+    ],
+)
+async def test_openai_overflow_formats(
+    srv: FakeLLMServer,
+    fmt: Any,
+    prompt: int,
+    max_tokens: int | None,
+    phase: OverflowPhase,
+    limit: int,
+    requested: int | None,
+) -> None:
+    srv.overflow_format, srv.counter = fmt, fixed(prompt)
+    with pytest.raises(ContextOverflowError) as caught:
+        await oai(srv).complete(VIEW, max_tokens=max_tokens)
+    err = caught.value
+    assert (err.phase, err.limit, err.requested, err.status_code) == (phase, limit, requested, 400)
+    assert isinstance(err.__cause__, openai.BadRequestError)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_openai_server_error_is_provider_error_not_overflow(srv: FakeLLMServer, stream: bool) -> None:
+    srv.fail_next(500)
+    with pytest.raises(ProviderError) as caught:
+        await oai(srv, stream=stream).complete(VIEW)
+    err = caught.value
+    assert not isinstance(err, ContextOverflowError)
+    assert (err.status_code, err.provider, err.retryable) == (500, "openai", True)
+    assert isinstance(err.__cause__, openai.InternalServerError)
+
+
+async def test_openai_bad_request_is_not_retryable(srv: FakeLLMServer) -> None:
+    srv.fail_next(400, {"error": {"message": "Invalid 'temperature': 7", "type": "invalid_request_error"}})
+    with pytest.raises(ProviderError) as caught:
+        await oai(srv).complete(VIEW)
+    assert (caught.value.status_code, caught.value.retryable) == (400, False)
+    assert "temperature" in str(caught.value)
+
+
+async def test_openai_connection_error_is_retryable_provider_error() -> None:
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{closed_port()}/v1", api_key="k", max_retries=0)
+    with pytest.raises(ProviderError) as caught:
+        await OpenAIAdapter("m", client=client).complete(VIEW)
+    assert (caught.value.status_code, caught.value.retryable) == (None, True)
+    assert isinstance(caught.value.__cause__, openai.APIConnectionError)
+
+
+async def test_ollama_silent_truncation_raises_when_local_count_given() -> None:
+    with FakeLLMServer(context_window=50, overflow_format="ollama") as server:
+        long_view = [Message("user", "word " * 300)]
+        adapter = oai(server, context_window=50)
+        # Without our own count the truncation is invisible: Ollama reports only what it kept.
+        reply = await adapter.complete(long_view)
+        assert reply.usage.input_tokens == 50
+        assert "local_prompt_tokens" not in last_body(server)
+        with pytest.raises(ContextOverflowError) as caught:
+            await adapter.complete(long_view, local_prompt_tokens=310)
+        # A prompt that fits passes the same check.
+        fine = await adapter.complete(VIEW, local_prompt_tokens=20)
+    err = caught.value
+    assert (err.phase, err.limit, err.requested, err.provider) == (
+        OverflowPhase.INPUT_CONTEXT,
+        50,
+        310,
+        "ollama",
+    )
+    assert fine.message.text == "ok"
+
+
+# -- capacity ------------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+async def test_create_reads_window_from_models_endpoint(srv: FakeLLMServer) -> None:
+    adapter = await OpenAIAdapter.create(srv.model, client=oai_client(srv), max_output_tokens=64)
+    assert (adapter.spec.context_window, adapter.spec.source) == (WINDOW, CapacitySource.ENDPOINT)
+    assert adapter.spec.max_output_tokens == 64
+    assert srv.requests[0].path == "/v1/models"
+    assert srv.requests[0].headers["authorization"] == "Bearer sk-test"
+
+
+async def test_create_explicit_window_wins_without_probing(srv: FakeLLMServer) -> None:
+    adapter = await OpenAIAdapter.create(srv.model, base_url=srv.base_url, api_key="k", context_window=4096)
+    assert (adapter.spec.context_window, adapter.spec.source) == (4096, CapacitySource.EXPLICIT)
+    assert srv.requests == []
+
+
+async def test_create_unreachable_endpoint_leaves_capacity_unknown() -> None:
+    base = f"http://127.0.0.1:{closed_port()}/v1"
+    adapter = await OpenAIAdapter.create("no-such-model-xyz", base_url=base, api_key="k", registry=False)
+    assert (adapter.spec.context_window, adapter.spec.source) == (None, CapacitySource.UNKNOWN)
+    assert OpenAIAdapter("m", base_url=base, api_key="k").spec.context_window is None
+
+
+# -- Anthropic -----------------------------------------------------------------------------
+
+
+async def test_anthropic_text_reply_system_apart_and_default_max_tokens(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(text="Three files.", reasoning="look first"))
+    adapter = claude(srv, default_max_tokens=77)
+    reply = await adapter.complete(VIEW)
+
+    assert isinstance(adapter, ModelAdapter)
+    body = last_body(srv)
+    assert srv.requests[-1].path == "/v1/messages"
+    assert body["system"] == "You are terse."
+    assert body["messages"] == [{"role": "user", "content": "List the files."}]
+    assert body["max_tokens"] == 77
+    assert reply.message.text == "Three files."
+    assert reply.message.reasoning == "look first"
+    assert (reply.finish_reason, reply.model) == ("stop", srv.model)
+    assert reply.raw.stop_reason == "end_turn"
+    assert reply.usage.source is UsageSource.PROVIDER_CONFIRMED
+    assert reply.usage.input_tokens == srv.counter(body)
+    assert reply.usage.output_tokens is not None and reply.usage.output_tokens > 0
+
+
+async def test_anthropic_tools_converted_and_tool_use_parsed(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(tool_calls=[LS, CAT]))
+    reply = await claude(srv).complete(
+        VIEW, tools=[OPENAI_TOOL, ANTHROPIC_TOOL], max_tokens=30, tool_choice="required"
+    )
+
+    body = last_body(srv)
+    assert body["tools"] == [
+        {
+            "name": "ls",
+            "input_schema": OPENAI_TOOL["function"]["parameters"],  # type: ignore[index]
+            "description": "List a directory.",
+        },
+        ANTHROPIC_TOOL,
+    ]
+    assert body["tool_choice"] == {"type": "any"}
+    assert body["max_tokens"] == 30
+    assert reply.finish_reason == "tool_calls"
+    calls = [(c.id, c.name, json.loads(c.arguments)) for c in reply.message.tool_calls]
+    assert calls == [("toolu_0001", "ls", {"path": "."}), ("toolu_0002", "cat", {"path": "README.md"})]
+
+
+async def test_anthropic_named_tool_choice_and_tool_results_round_trip(srv: FakeLLMServer) -> None:
+    call = Message("assistant", None, tool_calls=(ToolCall("toolu_1", "ls", '{"path": "."}'),))
+    view = [*VIEW, call, Message("tool", "a.txt", tool_call_id="toolu_1")]
+    await claude(srv).complete(
+        view, tools=[OPENAI_TOOL], max_tokens=20, tool_choice={"type": "function", "function": {"name": "ls"}}
+    )
+    body = last_body(srv)
+    assert body["tool_choice"] == {"type": "tool", "name": "ls"}
+    assert body["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "phase", "requested"),
+    [
+        (250, 10, OverflowPhase.INPUT_CONTEXT, 250),
+        (150, 100, OverflowPhase.TOTAL_CONTEXT, 250),
+    ],
+)
+async def test_anthropic_overflow(
+    srv: FakeLLMServer, prompt: int, max_tokens: int, phase: OverflowPhase, requested: int
+) -> None:
+    srv.counter = fixed(prompt)
+    with pytest.raises(ContextOverflowError) as caught:
+        await claude(srv).complete(VIEW, max_tokens=max_tokens)
+    err = caught.value
+    assert (err.phase, err.limit, err.requested, err.provider) == (phase, WINDOW, requested, "anthropic")
+    assert isinstance(err.__cause__, anthropic.BadRequestError)
+
+
+async def test_anthropic_server_error_is_provider_error(srv: FakeLLMServer) -> None:
+    srv.fail_next(500)
+    with pytest.raises(ModelError) as caught:
+        await claude(srv).complete(VIEW)
+    err = caught.value
+    assert isinstance(err, ProviderError) and not isinstance(err, ContextOverflowError)
+    assert (err.status_code, err.provider) == (500, "anthropic")
+    assert isinstance(err.__cause__, anthropic.InternalServerError)
+
+
+async def test_anthropic_stream_assembles_reply(srv: FakeLLMServer) -> None:
+    srv.enqueue(Reply(text="alpha beta gamma", tool_calls=[LS]))
+    reply = await claude(srv, stream=True).complete(VIEW, max_tokens=60)
+
+    assert last_body(srv)["stream"] is True
+    assert reply.message.text == "alpha beta gamma"
+    assert [(c.name, json.loads(c.arguments)) for c in reply.message.tool_calls] == [("ls", {"path": "."})]
+    assert reply.finish_reason == "tool_calls"
+    assert reply.usage.input_tokens == srv.counter(last_body(srv))
+    assert reply.usage.output_tokens is not None and reply.usage.output_tokens > 0
+
+
+async def test_anthropic_usage_omitted_is_unavailable(srv: FakeLLMServer) -> None:
+    srv.usage_mode = "omit"
+    reply = await claude(srv).complete(VIEW, max_tokens=20)
+    assert reply.message.text == "ok"
+    assert reply.usage.source is UsageSource.UNAVAILABLE
+
+
+# -- optional SDKs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "build", "extra"),
+    [
+        ("openai", lambda: OpenAIAdapter("m", api_key="k"), "openai"),
+        ("anthropic", lambda: AnthropicAdapter("m", api_key="k"), "anthropic"),
+        ("litellm", lambda: LiteLLMAdapter("m"), "litellm"),
+    ],
+)
+def test_missing_sdk_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, module: str, build: Any, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    with pytest.raises(ConfigError, match=rf"contextkeep\[{extra}\]"):
+        build()
+
+
+def test_openai_without_api_key_is_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        OpenAIAdapter("m")
+    assert caught.value.key == "api_key"
+
+
+def test_importing_models_does_not_import_sdks() -> None:
+    code = "import sys, contextkeep.models; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,205 @@
+"""The engine's layers with exact outputs, hysteresis, recovery and on-demand compaction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import assert_references_readable, call, manager, result, rounds
+from inline_snapshot import snapshot
+
+from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
+from contextkeep.events import Event
+from contextkeep.rounds import split_rounds
+
+SYSTEM = {"role": "system", "content": "You are a careful agent."}
+TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
+
+
+async def test_l0_truncates_an_over_long_result_and_names_the_offloaded_file(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 100_000, tool_result_limit=40)
+    events: list[Event] = []
+    cm.events.subscribe(events.append, "tool_result.truncated")
+    text = "\n".join(f"line {i}: value={i * 7}" for i in range(60))
+    async with cm.session("c") as s:
+        stored = await s.add([SYSTEM, TASK, call("c1", "cat log"), result("c1", text)])
+        view = await s.prepare()
+    assert stored[-1].text == text  # the transcript keeps everything
+    assert view.neutral[-1].text == snapshot("""\
+line 0: value=0
+line 1: value=7
+line 2: value=14
+line 3: value=21
+line 4: value=28
+line 5: \n\
+...
+lue=399
+line 58: value=406
+line 59: value=413
+<<<TRUNCATED>>>
+<system-reminder>The remaining content has been omitted for limited context. You can refer to the file in 'sessions/c/tool_result-c1.txt' for the truncated content if needed.</system-reminder>\
+""")
+    assert (tmp_path / "ws/sessions/c/tool_result-c1.txt").read_text() == text
+    assert [(e.tool_call_id, e.reference) for e in events] == [("c1", "sessions/c/tool_result-c1.txt")]  # type: ignore[attr-defined]
+
+
+async def test_l1_masks_outputs_older_than_the_age_limit_with_head_tail_and_reference(tmp_path: Path) -> None:
+    cm = manager(
+        tmp_path, 1400, layers=("L1",), max_observation_age_rounds=5, truncated_observation_max_chars=60
+    )
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(8, size=400)])
+        view = await s.prepare()
+    assert view.compacted == ("L1",)
+    tools = [m for m in view.neutral if m.role == "tool"]
+    assert tools[0].text == snapshot("""\
+HEAD-0 xxxxxxxxxxxxxxxxxxxxxx … xxxxxxxxxxxxxxxxxxxxx TAIL-0
+[Full detail available at: sessions/c/tool_result-c0.txt]\
+""")
+    masked = [m.tool_call_id for m in tools if "Full detail" in m.text]
+    assert masked == ["c0", "c1", "c2"]  # 8 rounds of tools, the newest 5 kept
+    assert [m.text for m in tools[3:]] == [m.text for m in s.transcript if m.role == "tool"][3:]
+    assert await assert_references_readable(cm.workspace, view.neutral) == 3
+    assert (tmp_path / "ws/sessions/c/tool_result-c0.txt").read_text().endswith("TAIL-0")
+
+
+async def test_l2_drops_whole_rounds_keeps_the_task_and_leaves_a_marker(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 3000, min_keep_recent_rounds=3, min_keep_tokens=500, max_observation_age_rounds=5)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(30, size=300)])
+        view = await s.prepare()
+    assert view.compacted == ("L1", "L2")
+    roles = [m.role for m in view.neutral[:4]]
+    assert roles == ["system", "user", "user", "assistant"]
+    assert view.neutral[1].text == TASK["content"]
+    marker = view.neutral[2].text
+    assert marker.startswith("[contextkeep: ") and "were removed from this view" in marker
+    assert marker == snapshot(
+        "[contextkeep: 14 earlier round(s), messages m000002 to m000029, were removed from this view to save "
+        "context. [Full detail available at: sessions/c/context.jsonl#m000002..m000029]]"
+    )
+    assert view.neutral[3].tool_calls[0].id == "c14"  # the first kept round follows the dropped ones
+    dropped = await cm.workspace.read("sessions/c/context.jsonl#m000002..m000029")
+    assert [json.loads(line)["id"] for line in dropped.splitlines()] == [f"m{i:06d}" for i in range(2, 30)]
+    # The newest rounds are verbatim and the view is well paired.
+    assert [m.text for m in view.neutral[-6:]] == [m.text for m in s.transcript[-6:]]
+    split_rounds(view.neutral)
+    assert view.tokens <= s.budget().tokens_at(cm.config.target_ratio)
+
+
+async def test_task_progress_reaches_the_system_prompt_only_when_the_view_changes_anyway(
+    tmp_path: Path,
+) -> None:
+    cm = manager(tmp_path, 1500, min_keep_tokens=0)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(2)])
+        ref = await s.snapshot(
+            "sql_query", {"action": "sql_query", "observation": "3 rows"}, summary="3 rows"
+        )
+        first = await s.prepare()
+        assert first.neutral[0].text == SYSTEM["content"]  # no compaction yet: the prefix stays cached
+        await s.add(rounds(10, start=2))
+        later = await s.prepare()
+    assert later.compacted
+    assert later.neutral[0].text == snapshot("""\
+You are a careful agent.
+## Task progress (completed steps)
+- step 1 sql_query: 3 rows [Full detail available at: sessions/c/op_snapshots/step_001_sql_query.json]\
+""")
+    assert ref == "sessions/c/op_snapshots/step_001_sql_query.json"
+
+
+async def test_hysteresis_the_prefix_only_changes_when_compaction_runs(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 8000, min_keep_tokens=1000)
+    breaks = compactions = 0
+    previous: list = []
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK])
+        for i in range(150):
+            await s.add(rounds(1, size=300, start=i))
+            view = await s.prepare()
+            prefix_kept = view.neutral[: len(previous)] == previous
+            breaks += not prefix_kept
+            compactions += bool(view.compacted)
+            previous = view.neutral
+            assert view.tokens <= s.budget().effective
+    assert breaks == compactions
+    assert 3 <= compactions <= 150 // 8  # each pass reclaims enough for many calls
+
+
+async def test_compress_is_a_noop_below_the_trigger_and_honours_overrides(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 20_000, min_keep_tokens=0)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(10)])
+        assert await s.compress() is None
+        outcome = await s.compress(warning_threshold=0.05, target_ratio=0.04, error_threshold=0.9)
+        assert outcome is not None and outcome.changed
+        assert s.state.records and s.state.records[-1].reason == "MANUAL"
+        assert s.config.warning_threshold == 0.70  # the override was for that call only
+
+
+async def test_recover_compacts_by_at_least_the_reported_gap(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 100_000)
+    events: list[str] = []
+    cm.events.subscribe(lambda e: events.append(e.type))
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(20)])
+        before = await s.prepare()
+        error = ContextOverflowError(
+            "too long", phase=OverflowPhase.INPUT_CONTEXT, limit=1500, requested=before.tokens
+        )
+        after = await s.recover(error)
+    assert after.tokens <= 1500 - cm.config.recovery_margin_tokens
+    assert after.compacted and set(after.compacted) <= {"L4"}
+    split_rounds(after.neutral)
+    assert "context.compression.completed" in events
+    assert s.state.records[-1].reason == "OVERFLOW_RECOVERY"
+
+
+@pytest.mark.parametrize("phase", [OverflowPhase.OUTPUT, OverflowPhase.UNKNOWN])
+async def test_recover_refuses_output_and_unknown_overflows(tmp_path: Path, phase: OverflowPhase) -> None:
+    cm = manager(tmp_path, 100_000)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(3)])
+        error = ContextOverflowError("x", phase=phase)
+        with pytest.raises(ContextOverflowError):
+            await s.recover(error)
+        with pytest.raises(ValueError, match="plain"):
+            await s.recover(ValueError("plain"))
+
+
+async def test_recover_with_nothing_to_compact_raises_the_original(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 100_000)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK])
+        error = ContextOverflowError("x", phase=OverflowPhase.INPUT_CONTEXT, limit=10, requested=20)
+        with pytest.raises(ContextOverflowError) as info:
+            await s.recover(error)
+        assert info.value is error
+
+
+async def test_bad_input_is_rejected_and_nothing_is_lost(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 100_000)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(2)])
+        with pytest.raises(MalformedHistoryError, match="orphan_result"):
+            await s.add([call("c9"), result("c9", "ok"), result("zz", "orphan")])
+        assert len(s.transcript) == 6
+        assert len(await cm.store.load_messages("c")) == 6
+        await s.add(call("c10"))
+        with pytest.raises(MalformedHistoryError, match="missing_result"):
+            await s.prepare()  # a model call would be rejected: the call has no result yet
+
+
+async def test_a_second_manager_on_the_same_store_builds_the_identical_view(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 5000, min_keep_tokens=0)
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(30)])
+        first = await s.prepare()
+    other = manager(tmp_path, 5000, min_keep_tokens=0)
+    other.store = cm.store
+    async with other.session("c") as again:
+        second = await again.prepare()
+    assert first.compacted and not second.compacted
+    assert second.messages == first.messages
