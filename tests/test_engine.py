@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import assert_references_readable, call, manager, result, rounds
 from inline_snapshot import snapshot
 
 from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
 from contextkeep.events import Event
 from contextkeep.rounds import split_rounds
+from helpers import assert_references_readable, call, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
