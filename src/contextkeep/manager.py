@@ -16,8 +16,8 @@ from contextkeep.events import EventBus
 from contextkeep.offload.workspace import LocalWorkspace, Workspace
 from contextkeep.session import Session
 from contextkeep.stores.base import Store
-from contextkeep.stores.memory import MemoryStore
-from contextkeep.summarizers.base import Summarizer
+from contextkeep.stores import MemoryStore, open_store
+from contextkeep.summarizers import ExtractiveSummarizer, Summarizer
 from contextkeep.tokens import Encoder, PromptCounter, counter_for_model
 
 __all__ = ["ContextManager", "SyncSession"]
@@ -59,7 +59,7 @@ class ContextManager:
             else LocalWorkspace(workspace or _data_dir() / "workspace")
         )
         self.summarizer = summarizer
-        self.fallback_summarizer = fallback_summarizer if fallback_summarizer is not None else _extractive()
+        self.fallback_summarizer = fallback_summarizer if fallback_summarizer is not None else ExtractiveSummarizer()
         self.hooks = tuple(hooks)
         self.default_max_tokens = default_max_tokens
         self.events = events or EventBus()
@@ -108,20 +108,6 @@ class SyncSession:
 
 
 def _open_store(store: Store | str | None) -> Store:
-    if store is None or store == "memory://":
+    if store is None:
         return MemoryStore()
-    if isinstance(store, str):
-        from contextkeep.stores import open_store  # type: ignore[attr-defined]
-
-        opened: Store = open_store(store)
-        return opened
-    return store
-
-
-def _extractive() -> Summarizer | None:
-    try:
-        from contextkeep.summarizers.extractive import ExtractiveSummarizer  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    summarizer: Summarizer = ExtractiveSummarizer()
-    return summarizer
+    return open_store(store) if isinstance(store, str) else store

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from contextkeep.compaction.state import Summary
 from contextkeep.config import ContextConfig
 from contextkeep.messages import Message
 from contextkeep.tokens import TokenCounter
+
+if TYPE_CHECKING:  # the compaction package imports this module
+    from contextkeep.compaction.state import Summary
 
 __all__ = ["DEFAULT_SUMMARY_FIELDS", "Summarizer", "SummaryRequest", "SummaryResult"]
 
