@@ -7,12 +7,12 @@ import json
 import tempfile
 from pathlib import Path
 
-from helpers import manager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextkeep.messages import Message
 from contextkeep.rounds import split_rounds
+from helpers import manager
 
 SYSTEM = {"role": "system", "content": "You are an agent. Follow the rules."}
 
@@ -20,7 +20,9 @@ SYSTEM = {"role": "system", "content": "You are an agent. Follow the rules."}
 @st.composite
 def histories(draw: st.DrawFn) -> list[list[dict]]:
     """Batches of messages, each batch ending a complete round (what an agent adds between calls)."""
-    batches: list[list[dict]] = [[SYSTEM, {"role": "user", "content": draw(st.text(min_size=1, max_size=300))}]]
+    batches: list[list[dict]] = [
+        [SYSTEM, {"role": "user", "content": draw(st.text(min_size=1, max_size=300))}]
+    ]
     n_calls = 0
     for _ in range(draw(st.integers(1, 40))):
         kind = draw(st.sampled_from(["tools", "tools", "tools", "text", "user"]))
@@ -32,12 +34,17 @@ def histories(draw: st.DrawFn) -> list[list[dict]]:
             continue
         ids = [f"call{n_calls + i}" for i in range(draw(st.integers(1, 3)))]
         n_calls += len(ids)
-        calls = [{"id": i, "type": "function", "function": {"name": "t", "arguments": json.dumps({"i": i})}} for i in ids]
+        calls = [
+            {"id": i, "type": "function", "function": {"name": "t", "arguments": json.dumps({"i": i})}}
+            for i in ids
+        ]
         results = [
             {"role": "tool", "tool_call_id": i, "content": "r" * draw(st.integers(0, 2500)) + " end"}
             for i in draw(st.permutations(ids))  # results may arrive in any order
         ]
-        batches.append([{"role": "assistant", "content": draw(st.text(max_size=80)), "tool_calls": calls}, *results])
+        batches.append(
+            [{"role": "assistant", "content": draw(st.text(max_size=80)), "tool_calls": calls}, *results]
+        )
     return batches
 
 
@@ -55,13 +62,17 @@ def check_pairing(view: list[Message]) -> None:
     keep=st.integers(1, 3),
     limit=st.integers(100, 800),
 )
-def test_every_view_keeps_the_invariants(batches: list[list[dict]], window: int, keep: int, limit: int) -> None:
+def test_every_view_keeps_the_invariants(
+    batches: list[list[dict]], window: int, keep: int, limit: int
+) -> None:
     asyncio.run(_run(batches, window, keep, limit))
 
 
 async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cm = manager(Path(tmp), window, min_keep_recent_rounds=keep, tool_result_limit=limit, min_keep_tokens=300)
+        cm = manager(
+            Path(tmp), window, min_keep_recent_rounds=keep, tool_result_limit=limit, min_keep_tokens=300
+        )
         async with cm.session("p") as s:
             for batch in batches:
                 await s.add(batch)
@@ -74,7 +85,9 @@ async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) ->
                 # The newest `keep` rounds are verbatim (as layer 0 shows every long result).
                 rounds = [r for r in split_rounds(list(s.transcript)) if r.kind != "system"]
                 tail = [m for r in rounds[-keep:] for m in s.transcript[r.start : r.end]]
-                derived = [s._builder._derive(m, len(s.transcript), s.state.evolve(mask_boundary=0)) for m in tail]
+                derived = [
+                    s._builder._derive(m, len(s.transcript), s.state.evolve(mask_boundary=0)) for m in tail
+                ]
                 assert [(m.role, m.text, m.tool_calls) for m in view.neutral[-len(tail) :]] == [
                     (m.role, m.text, m.tool_calls) for m in derived
                 ]
@@ -82,14 +95,25 @@ async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) ->
                 effective = s.budget().effective
                 last_two = [m for r in rounds[-2:] for m in s.transcript[r.start : r.end]]
                 floor = s.counter.count_prompt(
-                    [view.neutral[0], *(s._builder._derive(m, 0, s.state.evolve(mask_boundary=0)) for m in last_two)]
+                    [
+                        view.neutral[0],
+                        *(s._builder._derive(m, 0, s.state.evolve(mask_boundary=0)) for m in last_two),
+                    ]
                 )
                 if floor <= effective:
                     assert view.tokens <= effective, (view.tokens, effective, floor)
                 # Determinism: another manager on the same store builds the byte-identical view.
-                twin = manager(Path(tmp), window, min_keep_recent_rounds=keep, tool_result_limit=limit, min_keep_tokens=300)
+                twin = manager(
+                    Path(tmp),
+                    window,
+                    min_keep_recent_rounds=keep,
+                    tool_result_limit=limit,
+                    min_keep_tokens=300,
+                )
                 twin.store = cm.store
                 async with twin.session("p") as again:
                     assert again.state == s.state
-                    same = again._compactor.measure(again._transcript, again._tracker.rounds, again.state, None)[0]
+                    same = again._compactor.measure(
+                        again._transcript, again._tracker.rounds, again.state, None
+                    )[0]
                     assert [m.text for m in same] == [m.text for m in view.neutral]

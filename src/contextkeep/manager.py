@@ -15,8 +15,8 @@ from contextkeep.config import ContextConfig
 from contextkeep.events import EventBus
 from contextkeep.offload.workspace import LocalWorkspace, Workspace
 from contextkeep.session import Session
-from contextkeep.stores.base import Store
 from contextkeep.stores import MemoryStore, open_store
+from contextkeep.stores.base import Store
 from contextkeep.summarizers import ExtractiveSummarizer, Summarizer
 from contextkeep.tokens import Encoder, PromptCounter, counter_for_model
 
@@ -59,7 +59,9 @@ class ContextManager:
             else LocalWorkspace(workspace or _data_dir() / "workspace")
         )
         self.summarizer = summarizer
-        self.fallback_summarizer = fallback_summarizer if fallback_summarizer is not None else ExtractiveSummarizer()
+        self.fallback_summarizer = (
+            fallback_summarizer if fallback_summarizer is not None else ExtractiveSummarizer()
+        )
         self.hooks = tuple(hooks)
         self.default_max_tokens = default_max_tokens
         self.events = events or EventBus()
