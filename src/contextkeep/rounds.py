@@ -156,9 +156,11 @@ class RoundTracker:
                 missing[0],
                 f"tool call(s) {missing} got no result before message {index} ({m.role})",
             )
+        # Ids may recur in later rounds (real providers reuse them); within one message they must not.
+        ids = [c.id for c in m.tool_calls]
         for c in m.tool_calls:
-            if c.id in self._call_ids or sum(1 for o in m.tool_calls if o.id == c.id) > 1:
-                return MalformedHistoryError("duplicate_id", index, c.id, f"tool call id {c.id!r} reused")
+            if ids.count(c.id) > 1:
+                return MalformedHistoryError("duplicate_id", index, c.id, f"tool call id {c.id!r} used twice")
         return None
 
 

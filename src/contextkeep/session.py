@@ -57,6 +57,7 @@ class Session:
         self.config = manager.config
         self.counter = manager.new_counter()
         self._transcript: list[Message] = []
+        self._answered: set[str] = set()  # call ids that already have a result
         self._tracker = RoundTracker()
         self._state = CompactionState()
         self._builder = ViewBuilder(self.config, self.counter, manager.hooks)
@@ -89,10 +90,14 @@ class Session:
         fresh = await store.load_messages(self.conversation_id, after=len(self._transcript))
         for m in fresh:
             self._tracker.append(m)
-            self._transcript.append(m)
+        self._extend(fresh)
         doc = await store.load_document(self.conversation_id, _COMPACTION)
         if doc.version != self._state.version:
             self._state = CompactionState.from_dict({**doc.data, "version": doc.version})
+
+    def _extend(self, messages: Sequence[Message]) -> None:
+        self._transcript.extend(messages)
+        self._answered.update(m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id)
 
     # Adding.
     async def add(
@@ -109,21 +114,27 @@ class Session:
             accepted, repairs = append_repaired(tracker, batch, self.config.repair_policy)
             base = len(self._transcript)
             stamped = [m if m.id else _with_id(m, f"m{base + i:06d}") for i, m in enumerate(accepted)]
-            stamped = [await self._ingest(m) for m in stamped]
+            answered = set(self._answered)
+            stamped = [await self._ingest(m, answered) for m in stamped]
             if await self.manager.store.append(self.conversation_id, stamped, expected_length=base):
                 self._tracker = tracker
-                self._transcript.extend(stamped)
+                self._extend(stamped)
                 for r in repairs:
                     self._emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
                 return stamped
             await self.load()  # another instance appended first: validate again on top of its messages
         raise StoreError(f"could not append to {self.conversation_id!r}: the transcript kept changing")
 
-    async def _ingest(self, m: Message) -> Message:
+    async def _ingest(self, m: Message, answered: set[str]) -> Message:
         """Offload what layers 0/1 may shorten later, so every reference exists before it is shown."""
         workspace = self.manager.workspace
-        if m.role == "tool" and m.tool_call_id and len(m.text) > self.config.truncated_observation_max_chars:
-            ref = await workspace.offload_tool_result(self.conversation_id, m.tool_call_id, m.text)
+        name = None
+        if m.role == "tool" and m.tool_call_id:
+            # Providers reuse call ids across rounds: a recurring id gets the message id too.
+            name = m.tool_call_id if m.tool_call_id not in answered else f"{m.tool_call_id}.{m.id}"
+            answered.add(m.tool_call_id)
+        if name and len(m.text) > self.config.truncated_observation_max_chars:
+            ref = await workspace.offload_tool_result(self.conversation_id, name, m.text)
             m = m.with_metadata(**{REF_KEY: ref})
             tokens = self.counter.count_text(m.text)
             self._emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
