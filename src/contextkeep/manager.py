@@ -12,6 +12,7 @@ from typing import Any
 from contextkeep.capabilities import ModelSpec, resolve_model_spec
 from contextkeep.compaction.builder import SystemPromptHook, default_progress_hook
 from contextkeep.config import ContextConfig
+from contextkeep.errors import ConfigError
 from contextkeep.events import EventBus
 from contextkeep.offload.workspace import LocalWorkspace, Workspace
 from contextkeep.session import Session
@@ -20,7 +21,17 @@ from contextkeep.stores.base import Store
 from contextkeep.summarizers import ExtractiveSummarizer, Summarizer
 from contextkeep.tokens import Encoder, PromptCounter, counter_for_model
 
-__all__ = ["ContextManager", "SyncSession"]
+__all__ = ["NOT_GIVEN", "ContextManager", "NotGiven", "SyncSession"]
+
+
+class NotGiven:
+    """Sentinel type: an argument left out (as opposed to an explicit `None`)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
 
 
 def _data_dir() -> Path:
@@ -43,7 +54,7 @@ class ContextManager:
         store: Store | str | None = None,
         workspace: Workspace | str | os.PathLike[str] | None = None,
         summarizer: Summarizer | None = None,
-        fallback_summarizer: Summarizer | None = None,
+        fallback_summarizer: Summarizer | NotGiven | None = NOT_GIVEN,
         tokenizer: str | Encoder | None = None,
         counter_factory: Callable[[], PromptCounter] | None = None,
         hooks: Sequence[SystemPromptHook] = (default_progress_hook,),
@@ -60,8 +71,18 @@ class ContextManager:
         )
         self.summarizer = summarizer
         self.fallback_summarizer = (
-            fallback_summarizer if fallback_summarizer is not None else ExtractiveSummarizer()
+            ExtractiveSummarizer() if isinstance(fallback_summarizer, NotGiven) else fallback_summarizer
         )
+        if (
+            self.config.usage_policy_enabled
+            and not self.config.layers
+            and not (summarizer or self.fallback_summarizer)
+        ):
+            raise ConfigError(
+                "usage_policy_enabled",
+                "the usage policy needs a compaction path that can persist its result: "
+                "enable a layer or give a summarizer, or disable the policy",
+            )
         self.hooks = tuple(hooks)
         self.default_max_tokens = default_max_tokens
         self.events = events or EventBus()
@@ -72,9 +93,14 @@ class ContextManager:
         return self._counter_factory()
 
     @asynccontextmanager
-    async def session(self, conversation_id: str) -> AsyncIterator[Session]:
-        """Open a conversation, loading whatever the store holds for it."""
-        session = Session(self, conversation_id)
+    async def session(
+        self, conversation_id: str, *, agent_id: str = "default", agent_version: str = "0"
+    ) -> AsyncIterator[Session]:
+        """Open a conversation, loading whatever the store holds for it.
+
+        `agent_id` and `agent_version` (with the model key) scope the usage baseline.
+        """
+        session = Session(self, conversation_id, agent_id=agent_id, agent_version=agent_version)
         await session.load()
         yield session
 

@@ -15,17 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from contextkeep.baseline import UsageState, figures, observe_usage, scope_key
 from contextkeep.budget import Budget, resolve_reserved_output
 from contextkeep.compaction.builder import REF_KEY, ViewBuilder
 from contextkeep.compaction.pipeline import Compactor, Outcome
 from contextkeep.compaction.state import CompactionState, ProgressStep
+from contextkeep.config import UsageMode
 from contextkeep.errors import ContextOverflowError, StoreError
 from contextkeep.events import (
     CompressionCompleted,
+    CompressionRequired,
     CompressionStarted,
     ContextOffloaded,
     ContextStatus,
     HistoryRepaired,
+    ModelCompleted,
     ToolResultTruncated,
 )
 from contextkeep.formats.openai import from_openai
@@ -33,6 +37,7 @@ from contextkeep.messages import ContentPart, ImagePart, Message, TextPart
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.overflow import classify_exception
 from contextkeep.rounds import RoundTracker, append_repaired
+from contextkeep.tokens import CountSource
 from contextkeep.usage import Usage
 from contextkeep.view import View
 
@@ -44,6 +49,7 @@ __all__ = ["Session"]
 logger = logging.getLogger("contextkeep.session")
 
 _COMPACTION = "compaction"
+_USAGE = "usage"
 _CAS_ATTEMPTS = 8
 Tools = Sequence[Mapping[str, Any]] | None
 
@@ -51,9 +57,17 @@ Tools = Sequence[Mapping[str, Any]] | None
 class Session:
     """One conversation. Obtain it from `ContextManager.session(conversation_id)`."""
 
-    def __init__(self, manager: ContextManager, conversation_id: str) -> None:
+    def __init__(
+        self,
+        manager: ContextManager,
+        conversation_id: str,
+        *,
+        agent_id: str = "default",
+        agent_version: str = "0",
+    ) -> None:
         self.manager = manager
         self.conversation_id = conversation_id
+        self.scope = scope_key(agent_id, agent_version, manager.model.key)
         self.config = manager.config
         self.counter = manager.new_counter()
         self._transcript: list[Message] = []
@@ -72,6 +86,8 @@ class Session:
             status_context={"model_key": manager.model.key, "capacity_source": manager.model.source.value},
         )
         self.last_usage: Usage | None = None
+        self._usage = UsageState()
+        self._max_tokens: int | None = None
 
     # Reading.
     @property
@@ -94,6 +110,9 @@ class Session:
         doc = await store.load_document(self.conversation_id, _COMPACTION)
         if doc.version != self._state.version:
             self._state = CompactionState.from_dict({**doc.data, "version": doc.version})
+        usage = await store.load_document(self.conversation_id, _USAGE, self.scope)
+        if usage.version != self._usage.version:
+            self._usage = UsageState.from_dict(usage.data, usage.version)
 
     def _extend(self, messages: Sequence[Message]) -> None:
         self._transcript.extend(messages)
@@ -193,27 +212,36 @@ class Session:
         return budget.tokens_at(self.config.warning_threshold)
 
     async def prepare(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
-        """The view for the next model call, compacted first if the budget (or a deferred flag) says so."""
+        """The view for the next model call, compacted first if a deferred flag or the budget says so.
+
+        A pending `compression_required` flag (set from confirmed usage) is consumed first;
+        then, unless in confirmed-only mode, the local count decides.
+        """
         await self.load()
         self._tracker.require_complete()
+        self._max_tokens = max_tokens
         budget = self.budget(max_tokens)
         view, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
         trigger, target = self._trigger(budget), budget.tokens_at(self.config.target_ratio)
-        layers: tuple[str, ...] = ()
-        reason = ""
-        if self._state.compression_required:
-            reason = self._state.compression_reason or "THRESHOLD_REACHED"
-        elif trigger is not None and tokens >= trigger:
-            reason = "BUDGET"
-        if reason and target is not None:
-            outcome = await self._compact(
-                budget, tools, reason, target, force=self._state.compression_required
-            )
-            view, tokens = outcome.view, outcome.tokens
-            layers = tuple(s.compact_layer or "" for s in outcome.statuses)
-        status = self._status(tokens, budget)
+        mode = self.config.usage_mode
+        layers: list[str] = []
+        if target is not None:
+            if self._state.compression_required and mode is not UsageMode.LOCAL_ONLY:
+                reason = self._state.compression_reason or "THRESHOLD_REACHED"
+                outcome = await self._compact(budget, tools, reason, target, force=True)
+                view, tokens = outcome.view, outcome.tokens
+                layers += (s.compact_layer or "" for s in outcome.statuses)
+            if mode is not UsageMode.CONFIRMED_ONLY and trigger is not None and tokens >= trigger:
+                outcome = await self._compact(budget, tools, "BUDGET", target)
+                view, tokens = outcome.view, outcome.tokens
+                layers += (s.compact_layer or "" for s in outcome.statuses)
+        status = (
+            self._confirmed_status(budget)
+            if mode is UsageMode.CONFIRMED_ONLY
+            else self._status(tokens, budget)
+        )
         self._emit(status)
-        return View(view, tokens, status, layers)
+        return View(view, tokens, status, tuple(layers))
 
     async def compress(
         self, *, tools: Tools = None, max_tokens: int | None = None, **override: Any
@@ -279,10 +307,14 @@ class Session:
             if new == before:
                 return outcome
             if await self._save(new, before.version):
+                if outcome.changed:
+                    await self._save_usage(self._usage.invalidated())
                 for status in outcome.statuses:
                     await self._aemit(status)
                 await self._aemit(
                     CompressionCompleted(
+                        usage_status=self._usage.status.value,
+                        usage_baseline_valid=self._usage.valid,
                         layer=",".join(s.compact_layer or "" for s in outcome.statuses) or "none",
                         compression_reason=reason,
                         tokens_before=tokens,
@@ -319,11 +351,76 @@ class Session:
     async def record(
         self, reply: ModelReply | Message | Mapping[str, Any] | Any, usage: Usage | None = None
     ) -> Message:
-        """Append the model's reply (`ModelReply`, `Message`, OpenAI dict or SDK response) and its usage."""
+        """Append the model's reply (`ModelReply`, `Message`, OpenAI dict or SDK response) and its usage.
+
+        Complete usage sets the confirmed baseline; when its ratio reaches
+        `compression_threshold_ratio`, compaction is scheduled before the next model call.
+        """
         message, found = _reply_message(reply)
-        self.last_usage = usage or found
+        usage = usage or found or Usage()
+        self.last_usage = usage
         (stored,) = await self.add([message])
+        if self.config.usage_policy_enabled:
+            await self._observe(usage)
         return stored
+
+    async def _observe(self, usage: Usage) -> None:
+        model = self.manager.model
+        await self._save_usage(observe_usage(self._usage, usage, model.key))
+        budget = self.budget(self._max_tokens)
+        numbers = figures(self._usage, budget.context_window, budget.reserved_output)
+        threshold = self.config.compression_threshold_ratio
+        required = (
+            self.config.usage_mode is not UsageMode.LOCAL_ONLY
+            and numbers.ratio is not None
+            and numbers.ratio >= threshold
+        )
+        if required and not self._state.compression_required:
+            await self.update_state(compression_required=True, compression_reason="THRESHOLD_REACHED")
+            await self._aemit(
+                CompressionRequired(next_call_baseline_tokens=self._usage.baseline, threshold_ratio=threshold)
+            )
+        await self._aemit(
+            ModelCompleted(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_tokens=usage.total_tokens,
+                usage_source=usage.source.value,
+                model_key=model.key,
+                context_window_tokens=budget.context_window,
+                model_max_output_tokens=model.max_output_tokens,
+                reserved_output_tokens=budget.reserved_output,
+                next_call_baseline_tokens=self._usage.baseline if self._usage.valid else None,
+                baseline_ratio=numbers.ratio,
+                remaining_baseline_tokens=numbers.remaining,
+                compression_required=self._state.compression_required,
+                usage_baseline_valid=self._usage.valid,
+                usage_status=self._usage.status.value,
+            )
+        )
+
+    @property
+    def usage(self) -> UsageState:
+        """The provider-confirmed usage state of this conversation and scope."""
+        return self._usage
+
+    async def _save_usage(self, new: UsageState) -> None:
+        for _ in range(_CAS_ATTEMPTS):
+            if new == self._usage:
+                return
+            ok = await self.manager.store.save_document(
+                self.conversation_id,
+                _USAGE,
+                new.to_dict(),
+                expected_version=self._usage.version,
+                scope=self.scope,
+            )
+            if ok:
+                self._usage = replace(new, version=self._usage.version + 1)
+                return
+            await self.load()  # another instance recorded first: its figures are as new as ours
+            new = replace(new, version=self._usage.version)
+        raise StoreError(f"could not save the usage state of {self.conversation_id!r}: it kept changing")
 
     # Recovering.
     async def recover(
@@ -367,6 +464,24 @@ class Session:
         return ref
 
     # Events.
+    def _confirmed_status(self, budget: Budget) -> ContextStatus:
+        """Confirmed-only mode: the status shows the provider's baseline, never a local figure."""
+        numbers = figures(self._usage, budget.context_window, budget.reserved_output)
+        used = self._usage.baseline if self._usage.valid and self._usage.baseline is not None else 0
+        return ContextStatus(
+            used=used,
+            budget=numbers.usable_input if numbers.ratio is not None else None,
+            ratio=numbers.ratio,
+            state=budget.thresholds.state(numbers.ratio) if numbers.ratio is not None else None,
+            remaining=numbers.remaining,
+            source=CountSource.PROVIDER_CONFIRMED,
+            conversation_id=self.conversation_id,
+            context_window=budget.context_window,
+            reserved_output=budget.reserved_output,
+            model_key=self.manager.model.key,
+            capacity_source=self.manager.model.source.value,
+        )
+
     def _status(self, tokens: int, budget: Budget) -> ContextStatus:
         return ContextStatus.measure(
             tokens,

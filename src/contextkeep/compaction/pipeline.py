@@ -106,7 +106,9 @@ class Compactor:
         error_tokens = budget.tokens_at(self.config.error_threshold)
         for layer in self.config.layers:
             if out.tokens <= target and not (layer == "L3" and force_summary):
-                break
+                if not force_summary:
+                    break
+                continue
             if layer == "L1":
                 new = mask(
                     rounds,
