@@ -208,7 +208,9 @@ async def test_a_second_manager_on_the_same_store_builds_the_identical_view(tmp_
 async def test_a_reused_call_id_gets_its_own_offload_file(tmp_path: Path) -> None:
     cm = manager(tmp_path, 100_000)
     async with cm.session("c") as s:
-        stored = await s.add([SYSTEM, TASK, call("same"), result("same", "A" * 500), call("same"), result("same", "B" * 500)])
+        stored = await s.add(
+            [SYSTEM, TASK, call("same"), result("same", "A" * 500), call("same"), result("same", "B" * 500)]
+        )
     refs = [m.metadata["ck_ref"] for m in stored if m.role == "tool"]
     assert refs == ["sessions/c/tool_result-same.txt", "sessions/c/tool_result-same.m000005.txt"]
     assert [await cm.workspace.read(r) for r in refs] == ["A" * 500, "B" * 500]

@@ -12,6 +12,7 @@ from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
 from contextkeep.replay.trajectories import Trajectory
 from contextkeep.rounds import split_rounds
+from contextkeep.usage import Usage
 from contextkeep.view import View
 
 __all__ = ["CallResult", "ReplayResult", "references_in", "replay"]
@@ -80,8 +81,15 @@ async def replay(
     *,
     conversation_id: str | None = None,
     on_view: Callable[[int, View], None] | None = None,
+    provider_usage: bool = False,
 ) -> ReplayResult:
-    """Feed the trajectory's messages call by call; prepare a view before each recorded call."""
+    """Feed the trajectory's messages call by call; prepare a view before each recorded call.
+
+    With `provider_usage`, each reply is recorded with usage like a provider's: the
+    recorded usage while the view is still the raw prompt, and after the first
+    compaction a simulated provider's (the view's own count as prompt tokens, the
+    recorded completion tokens).
+    """
     result = ReplayResult(trajectory.name)
     raw = manager.new_counter()
     async with manager.session(conversation_id or _safe(trajectory.name)) as session:
@@ -104,7 +112,18 @@ async def replay(
             result.references.update(references_in(view.neutral))
             if on_view is not None:
                 on_view(call.index, view)
-            await session.add(trajectory.messages[call.index : call.index + 1])
+            reply = trajectory.messages[call.index]
+            if provider_usage:
+                recorded = Usage.from_openai(call.usage)
+                compacted = any(c.layers for c in result.calls)
+                usage = (
+                    Usage(input_tokens=view.tokens, output_tokens=recorded.output_tokens)
+                    if compacted
+                    else recorded
+                )
+                await session.record(reply, usage)
+            else:
+                await session.add([reply])
             added = call.index + 1
     return result
 

@@ -26,10 +26,9 @@ class MemoryStore:
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
         async with self._lock:
-            stored = self._messages.setdefault(conversation_id, [])
-            if len(stored) != expected_length:
+            if len(self._messages.get(conversation_id, ())) != expected_length:
                 return False
-            stored.extend(messages)
+            self._messages.setdefault(conversation_id, []).extend(messages)
             return True
 
     async def load_messages(

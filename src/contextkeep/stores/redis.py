@@ -1,0 +1,265 @@
+"""The Redis store: one list per transcript, one hash per document, one key per lease.
+
+Compare-and-set runs in Lua scripts, which Redis executes atomically:
+`append` checks `LLEN == expected_length` before `RPUSH`, `save_document`
+checks the stored version before `HSET`. A lease is `SET key owner NX PX ttl`
+(Redis expires it by its own clock); the same owner renews it by a compare in
+Lua.
+
+Keys are `{key_prefix}{<conversation id>}:...`: the braces are a cluster hash
+tag, so one conversation's keys share a slot (a script may touch them together)
+while conversations spread across the cluster. `}` and `%` in ids are
+percent-escaped so no id can end the tag early or collide with another's keys.
+The set of conversation ids lives in its own slot, so it is updated outside the
+append script: *before* a transcript's first append, which means it may name a
+conversation whose first append failed, never miss one; listing filters those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from contextkeep.errors import ConfigError, SchemaVersionError, StoreError
+from contextkeep.messages import Message, message_from_dict, message_to_dict
+from contextkeep.stores.base import Document
+
+__all__ = ["DEFAULT_KEY_PREFIX", "SCHEMA_VERSION", "RedisStore"]
+
+_log = logging.getLogger("contextkeep.stores")
+
+DEFAULT_KEY_PREFIX = "ck:"
+"""Prefix of every key unless configured otherwise."""
+
+SCHEMA_VERSION = 1
+"""Layout version of the keys below, stored under `{key_prefix}schema_version`."""
+
+# Lua caps the values one unpack() may spread, so long appends push in chunks.
+_APPEND = """
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
+for i = 2, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+return 1
+"""
+
+_SAVE_DOCUMENT = """
+local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if stored ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'version', stored + 1, 'data', ARGV[2])
+return 1
+"""
+
+_ACQUIRE_LEASE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class RedisStore:
+    """A :class:`~contextkeep.stores.base.Store` in Redis (one server; keys are cluster-ready).
+
+    Pass a `redis://` URL or a ready `redis.asyncio.Redis` client (the store then
+    closes it on :meth:`close` all the same).
+    """
+
+    def __init__(self, url_or_client: str | Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        if "{" in key_prefix or "}" in key_prefix:
+            raise ConfigError("store.key_prefix", f"{key_prefix!r} must not contain braces (hash tags)")
+        if isinstance(url_or_client, str):
+            self._client: Redis = Redis.from_url(url_or_client)
+            where = self._client.connection_pool.connection_kwargs
+            self._display = f"{where.get('host', '?')}:{where.get('port', '?')}/{where.get('db', 0)}"
+        else:
+            self._client = url_or_client
+            self._display = "redis"
+        self._prefix = key_prefix
+        self._append = self._client.register_script(_APPEND)
+        self._save_document = self._client.register_script(_SAVE_DOCUMENT)
+        self._acquire_lease = self._client.register_script(_ACQUIRE_LEASE)
+        self._release_lease = self._client.register_script(_RELEASE_LEASE)
+        self._checked = False
+
+    @property
+    def client(self) -> Redis:
+        """The redis-py client (for tools and tests)."""
+        return self._client
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of this store's keys."""
+        return self._prefix
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._display!r}, key_prefix={self._prefix!r})"
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def _key(self, conversation_id: str, suffix: str) -> str:
+        tag = conversation_id.replace("%", "%25").replace("}", "%7D")
+        return f"{self._prefix}{{{tag}}}:{suffix}"
+
+    def _document_key(self, conversation_id: str, kind: str, scope: str) -> str:
+        return self._key(conversation_id, "doc:" + _dumps([kind, scope]))
+
+    @property
+    def _conversations_key(self) -> str:
+        return f"{self._prefix}conversations"
+
+    @property
+    def _version_key(self) -> str:
+        return f"{self._prefix}schema_version"
+
+    # -- protocol -------------------------------------------------------------------------
+
+    async def append(
+        self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
+    ) -> bool:
+        """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
+        bodies = [_dumps(message_to_dict(m)) for m in messages]
+        async with self._errors("append"):
+            if expected_length == 0 and bodies:
+                await self._client.sadd(self._conversations_key, conversation_id)
+            key = self._key(conversation_id, "messages")
+            won = await self._append(keys=[key], args=[expected_length, *bodies])
+        return bool(won)
+
+    async def load_messages(
+        self, conversation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[Message]:
+        """Messages from position `after` on (at most `limit`), in order."""
+        if limit is not None and limit <= 0:
+            return []
+        stop = -1 if limit is None else after + limit - 1
+        async with self._errors("load_messages"):
+            key = self._key(conversation_id, "messages")
+            bodies = await self._client.lrange(key, max(after, 0), stop)
+        return [message_from_dict(json.loads(body)) for body in bodies]
+
+    async def count_messages(self, conversation_id: str) -> int:
+        """How many messages the transcript holds."""
+        async with self._errors("count_messages"):
+            return int(await self._client.llen(self._key(conversation_id, "messages")))
+
+    async def load_document(self, conversation_id: str, kind: str, scope: str = "") -> Document:
+        """The document, or an empty one with version 0."""
+        async with self._errors("load_document"):
+            key = self._document_key(conversation_id, kind, scope)
+            version, data = await self._client.hmget(key, ["version", "data"])
+        if version is None or data is None:
+            return Document({}, 0)
+        return Document(json.loads(data), int(version))
+
+    async def save_document(
+        self,
+        conversation_id: str,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        expected_version: int,
+        scope: str = "",
+    ) -> bool:
+        """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
+        body = _dumps(dict(data))
+        async with self._errors("save_document"):
+            key = self._document_key(conversation_id, kind, scope)
+            won = await self._save_document(keys=[key], args=[expected_version, body])
+        return bool(won)
+
+    async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
+        async with self._errors("acquire_lease"):
+            key = self._key(conversation_id, "lease:" + name)
+            won = await self._acquire_lease(keys=[key], args=[owner, max(int(ttl_ms), 1)])
+        return bool(won)
+
+    async def release_lease(self, conversation_id: str, name: str, owner: str) -> None:
+        """Give a lease back (only its owner can)."""
+        async with self._errors("release_lease"):
+            await self._release_lease(keys=[self._key(conversation_id, "lease:" + name)], args=[owner])
+
+    async def list_conversations(self) -> list[str]:
+        """Every conversation id with a transcript."""
+        async with self._errors("list_conversations"):
+            members = await self._client.smembers(self._conversations_key)
+            ids = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+            async with self._client.pipeline(transaction=False) as pipe:
+                for conversation_id in ids:
+                    pipe.exists(self._key(conversation_id, "messages"))
+                present = await pipe.execute()
+        return [conversation_id for conversation_id, found in zip(ids, present, strict=True) if found]
+
+    async def close(self) -> None:
+        """Release connections."""
+        await self._client.aclose()
+
+    # -- schema ---------------------------------------------------------------------------
+
+    async def migrate(self) -> int:
+        """Record (or check) the key layout version; the version."""
+        async with self._errors("migrate", check=False):
+            await self._check_version()
+        return SCHEMA_VERSION
+
+    async def delete_keys(self) -> None:
+        """Delete every key under this store's prefix (tests, benchmarks, resets)."""
+        async with self._errors("delete_keys", check=False):
+            async for batch in self._scan_batches():
+                await self._client.delete(*batch)
+        self._checked = False
+
+    async def _scan_batches(self) -> AsyncIterator[list[Any]]:
+        batch: list[Any] = []
+        async for key in self._client.scan_iter(match=_glob_escape(self._prefix) + "*", count=500):
+            batch.append(key)
+            if len(batch) == 500:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    @asynccontextmanager
+    async def _errors(self, op: str, *, check: bool = True) -> AsyncIterator[None]:
+        """Check the layout version once, and turn redis-py failures into StoreError."""
+        try:
+            if check and not self._checked:
+                await self._check_version()
+            yield
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"{op} failed on {self!r}: {exc!r}") from exc
+
+    async def _check_version(self) -> None:
+        # SET NX records the layout on first use; a newer layout (written by a newer
+        # contextkeep) must not be read or written by this code.
+        await self._client.set(self._version_key, SCHEMA_VERSION, nx=True)
+        found = int(await self._client.get(self._version_key) or SCHEMA_VERSION)
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"Redis store {self._display} (key prefix {self._prefix!r}) has layout version {found}, "
+                f"newer than this contextkeep knows ({SCHEMA_VERSION}): upgrade contextkeep here; "
+                "`contextkeep migrate --store URL` only upgrades older layouts"
+            )
+        self._checked = True
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
