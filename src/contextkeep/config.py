@@ -140,6 +140,8 @@ class ContextConfig(BaseModel):
     """What to do with a malformed history (raise, or repair and report)."""
     recovery_margin_tokens: int = Field(default=256, ge=0)
     """Extra tokens reactive compaction removes beyond the reported gap."""
+    lease_ttl_ms: int = Field(default=60_000, gt=0)
+    """How long one instance may hold the compaction lease; an expired lease is taken over."""
 
     def __init__(self, **data: Any) -> None:
         try:

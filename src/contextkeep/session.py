@@ -9,8 +9,10 @@ next `prepare` builds a valid view.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -88,6 +90,7 @@ class Session:
         self.last_usage: Usage | None = None
         self._usage = UsageState()
         self._max_tokens: int | None = None
+        self._owner = uuid.uuid4().hex  # lease owner: this session object
 
     # Reading.
     @property
@@ -270,7 +273,42 @@ class Session:
         force: bool = False,
         reactive: int | None = None,
     ) -> Outcome:
-        """Run the pipeline, offload, then save the state (CAS; on conflict reload and run again)."""
+        """Run the pipeline, offload, then save the state (CAS; on conflict reload and run again).
+
+        A lease keeps two instances from compacting (and paying for a summary) at once:
+        the loser waits, reloads, and compacts only if the winner's result is not enough.
+        """
+        held = await self._acquire_lease()
+        try:
+            await self.load()  # the previous holder may have compacted already
+            # A flag another instance already consumed is not ours to act on again.
+            force = force and self._state.compression_required
+            return await self._compact_held(budget, tools, reason, target, force=force, reactive=reactive)
+        finally:
+            if held:
+                await self.manager.store.release_lease(self.conversation_id, "compaction", self._owner)
+
+    async def _acquire_lease(self) -> bool:
+        """Wait for the compaction lease; after its TTL a silent holder's lease is taken over."""
+        ttl = self.config.lease_ttl_ms
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ttl / 1000
+        while loop.time() <= deadline:
+            if await self.manager.store.acquire_lease(self.conversation_id, "compaction", self._owner, ttl):
+                return True
+            await asyncio.sleep(0.02)
+        return await self.manager.store.acquire_lease(self.conversation_id, "compaction", self._owner, ttl)
+
+    async def _compact_held(
+        self,
+        budget: Budget,
+        tools: Tools,
+        reason: str,
+        target: int,
+        *,
+        force: bool,
+        reactive: int | None,
+    ) -> Outcome:
         for _ in range(_CAS_ATTEMPTS):
             before = self._state
             _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, before, tools)

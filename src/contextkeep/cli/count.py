@@ -1,4 +1,4 @@
-"""The `contextkeep` command line."""
+"""`contextkeep count`: local token counts beside the provider's recorded usage."""
 
 from __future__ import annotations
 
@@ -13,16 +13,10 @@ from contextkeep.replay.accuracy import count_accuracy
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import CalibratedCounter, TokenCounter, counter_for_model
 
-__all__ = ["main"]
+__all__ = ["count"]
 
 
-@click.group()
-@click.version_option(package_name="contextkeep")
-def main() -> None:
-    """Keep long-running LLM agents inside their context window."""
-
-
-@main.command()
+@click.command()
 @click.argument(
     "paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
