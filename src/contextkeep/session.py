@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextkeep.baseline import UsageState, figures, observe_usage, scope_key
 from contextkeep.budget import Budget, resolve_reserved_output
@@ -32,11 +32,14 @@ from contextkeep.events import (
     ContextStatus,
     HistoryRepaired,
     ModelCompleted,
+    RecoveryFailed,
+    RecoveryStarted,
+    RecoverySucceeded,
     ToolResultTruncated,
 )
 from contextkeep.formats.openai import from_openai
 from contextkeep.messages import ContentPart, ImagePart, Message, TextPart
-from contextkeep.models.adapter import ModelReply
+from contextkeep.models.adapter import ModelAdapter, ModelReply
 from contextkeep.models.overflow import classify_exception
 from contextkeep.rounds import RoundTracker, append_repaired
 from contextkeep.tokens import CountSource
@@ -54,6 +57,7 @@ _COMPACTION = "compaction"
 _USAGE = "usage"
 _CAS_ATTEMPTS = 8
 Tools = Sequence[Mapping[str, Any]] | None
+_Recovery = TypeVar("_Recovery", RecoveryStarted, RecoveryFailed)
 
 
 class Session:
@@ -91,6 +95,9 @@ class Session:
         self._usage = UsageState()
         self._max_tokens: int | None = None
         self._owner = uuid.uuid4().hex  # lease owner: this session object
+        self.model_calls = 0
+        self._recovered_from = 0
+        """Model calls made through `complete` (each recovery retry counts)."""
 
     # Reading.
     @property
@@ -459,6 +466,57 @@ class Session:
             await self.load()  # another instance recorded first: its figures are as new as ours
             new = replace(new, version=self._usage.version)
         raise StoreError(f"could not save the usage state of {self.conversation_id!r}: it kept changing")
+
+    # Calling.
+    async def complete(
+        self, adapter: ModelAdapter, *, tools: Tools = None, max_tokens: int | None = None, **options: Any
+    ) -> ModelReply:
+        """One model call through the whole cycle: prepare → call → record, recovering from overflow.
+
+        An input or total-context overflow is compacted and the same model retried, at most
+        `max_token_limit_recovery_attempts` times; every retry is a model call of its own.
+        Other errors, and overflows that cannot be recovered, reach the caller unchanged.
+        """
+        view = await self.prepare(tools=tools, max_tokens=max_tokens)
+        attempt = 0
+        while True:
+            self.model_calls += 1
+            try:
+                reply = await adapter.complete(view.neutral, tools=tools, max_tokens=max_tokens, **options)
+                break
+            except ContextOverflowError as error:
+                attempt += 1
+                view = await self._recover_for_retry(error, attempt, view, tools, max_tokens)
+        await self.record(reply)
+        if attempt:
+            await self._aemit(
+                RecoverySucceeded(
+                    attempt=attempt, tokens_before=self._recovered_from, tokens_after=view.tokens
+                )
+            )
+        return reply
+
+    async def _recover_for_retry(
+        self, error: ContextOverflowError, attempt: int, view: View, tools: Tools, max_tokens: int | None
+    ) -> View:
+        def about(event: type[_Recovery], **more: Any) -> _Recovery:
+            return event(
+                attempt=attempt, phase=error.phase.value, limit=error.limit, requested=error.requested, **more
+            )
+
+        limit = self.config.max_token_limit_recovery_attempts
+        if not error.recoverable or not self.config.compress_on_token_limit_exceeded or attempt > limit:
+            reason = "not_recoverable" if not error.recoverable else "attempts_exhausted"
+            await self._aemit(about(RecoveryFailed, reason=reason))
+            raise error
+        await self._aemit(about(RecoveryStarted))
+        try:
+            recovered = await self.recover(error, tools=tools, max_tokens=max_tokens)
+        except ContextOverflowError:
+            await self._aemit(about(RecoveryFailed, reason="nothing_to_compact"))
+            raise
+        self._recovered_from = view.tokens
+        return recovered
 
     # Recovering.
     async def recover(
