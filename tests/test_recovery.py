@@ -112,10 +112,9 @@ async def test_output_and_unknown_errors_are_not_retried(tmp_path: Path) -> None
             with pytest.raises(ModelError) as other:
                 await s.complete(openai_adapter(srv))
             assert not isinstance(other.value, ContextOverflowError)
-        assert s.model_calls == 2  # one each, no retries
-        assert [e.to_dict()["reason"] for e in events if e.type == "model.recovery.failed"] == [
-            "not_recoverable"
-        ]
+        assert s.model_calls == 3  # one each, no retries
+        failed = [e.to_dict()["reason"] for e in events if e.type == "model.recovery.failed"]
+        assert failed == ["not_recoverable", "not_recoverable"]
         assert not [e for e in events if e.type == "model.recovery.started"]
 
 
