@@ -132,7 +132,7 @@ class Compactor:
                     self._keep_tokens(budget),
                     "L2",
                 )
-            elif force_summary or (error_tokens is not None and out.tokens >= error_tokens):
+            elif self._summary_due(out.tokens, target, error_tokens, force_summary):
                 await self._summarize(out, transcript, rounds, budget, tools, reason)
         effective = budget.effective
         if emergency and effective is not None and out.tokens > effective:
@@ -161,6 +161,14 @@ class Compactor:
             self._drop(out, transcript, rounds, budget, tools, reason, target, keep, 0, "L4")
         if out.tokens > target and not out.state.minimal:
             self._apply(out, "L4", out.state.evolve(minimal=True), transcript, rounds, budget, tools, reason)
+
+    def _summary_due(self, tokens: int, target: int, error_tokens: int | None, force: bool) -> bool:
+        """DB-GPT: summarise at or above the error threshold; AgentScope (trigger ratio set): above target."""
+        if force:
+            return True
+        if self.config.trigger_ratio is not None:
+            return tokens > target
+        return error_tokens is not None and tokens >= error_tokens
 
     def _keep_tokens(self, budget: Budget) -> int:
         if self.config.reserve_ratio is not None and budget.context_window is not None:
@@ -250,6 +258,23 @@ class Compactor:
                 (self.reference(removed),),
             )
 
+    def _summary_cursor(
+        self, out: Outcome, transcript: Sequence[Message], rounds: Sequence[Round], budget: Budget, start: int
+    ) -> int:
+        """Where the summary ends: before the newest rounds that hold the kept recent tokens (and rounds)."""
+        cursor = protected_start(rounds, self.config.min_keep_recent_rounds)
+        candidates = [r for r in droppable_rounds(rounds, max(out.state.cut, start)) if r.start < cursor]
+        sizes = self._round_tokens(out.view, transcript, candidates)
+        kept = sum(self._round_tokens(out.view, transcript, [r for r in rounds if r.start >= cursor]))
+        keep_tokens = self._keep_tokens(budget)
+        # Walk back from the protected rounds while the recent part is still short of its token floor.
+        for r, size in zip(reversed(candidates), reversed(sizes), strict=True):
+            if kept >= keep_tokens:
+                break
+            kept += size
+            cursor = r.start
+        return cursor
+
     def _round_tokens(
         self, view: Sequence[Message], transcript: Sequence[Message], rounds: Sequence[Round]
     ) -> list[int]:
@@ -274,7 +299,7 @@ class Compactor:
         start = max(
             first_droppable(rounds, self.config.pin_first_user), state.summary.cursor if state.summary else 0
         )
-        cursor = protected_start(rounds, self.config.min_keep_recent_rounds)
+        cursor = self._summary_cursor(out, transcript, rounds, budget, start)
         if cursor <= start:
             return
         covered = list(transcript[start:cursor])
