@@ -38,6 +38,7 @@ __all__ = [
     "RecoveryFailed",
     "RecoveryStarted",
     "RecoverySucceeded",
+    "StoreConflict",
     "ToolResultTruncated",
 ]
 
@@ -287,6 +288,15 @@ class RecoveryFailed(_RecoveryEvent):
     type: ClassVar[str] = "model.recovery.failed"
     reason: str = ""
     """not_recoverable, nothing_to_compact, compaction_failed or attempts_exhausted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConflict(Event):
+    """A compare-and-set write lost to another instance; the engine reloaded and retried."""
+
+    type: ClassVar[str] = "store.conflict"
+    kind: str = ""
+    """What was being written: transcript, compaction or usage."""
 
 
 Listener = Callable[[Event], None] | Callable[[Event], Awaitable[None]]

@@ -14,6 +14,7 @@ from contextkeep.compaction.builder import SystemPromptHook, default_progress_ho
 from contextkeep.config import ContextConfig
 from contextkeep.errors import ConfigError
 from contextkeep.events import EventBus
+from contextkeep.metrics import install_metrics
 from contextkeep.offload.workspace import LocalWorkspace, Workspace
 from contextkeep.session import Session
 from contextkeep.stores import MemoryStore, open_store
@@ -86,6 +87,7 @@ class ContextManager:
         self.hooks = tuple(hooks)
         self.default_max_tokens = default_max_tokens
         self.events = events or EventBus()
+        install_metrics(self.events)
         self._counter_factory = counter_factory or (lambda: counter_for_model(self.model.key, tokenizer))
 
     def new_counter(self) -> PromptCounter:

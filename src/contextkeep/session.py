@@ -35,6 +35,7 @@ from contextkeep.events import (
     RecoveryFailed,
     RecoveryStarted,
     RecoverySucceeded,
+    StoreConflict,
     ToolResultTruncated,
 )
 from contextkeep.formats.openai import from_openai
@@ -151,6 +152,7 @@ class Session:
                 for r in repairs:
                     self._emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
                 return stamped
+            self._emit(StoreConflict(kind="transcript"))
             await self.load()  # another instance appended first: validate again on top of its messages
         raise StoreError(f"could not append to {self.conversation_id!r}: the transcript kept changing")
 
@@ -382,6 +384,8 @@ class Session:
         )
         if ok:
             self._state = state.evolve(version=expected + 1)
+        else:
+            self._emit(StoreConflict(kind="compaction"))
         return ok
 
     async def update_state(self, **changes: Any) -> CompactionState:
@@ -463,6 +467,7 @@ class Session:
             if ok:
                 self._usage = replace(new, version=self._usage.version + 1)
                 return
+            self._emit(StoreConflict(kind="usage"))
             await self.load()  # another instance recorded first: its figures are as new as ours
             new = replace(new, version=self._usage.version)
         raise StoreError(f"could not save the usage state of {self.conversation_id!r}: it kept changing")
