@@ -68,6 +68,7 @@ class ViewBuilder:
         self.hooks = tuple(hooks)
         self._key: _BodyKey | None = None
         self._body: list[Message] = []
+        self._derived: dict[tuple[str, object, bool, bool], Message] = {}
 
     def build(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
@@ -126,18 +127,28 @@ class ViewBuilder:
         return self._body[: len(transcript) - start]
 
     def _derive(self, m: Message, index: int, state: CompactionState) -> Message:
+        """A transcript message as the view shows it (cached: a compaction pass re-derives many)."""
+        masked = index < state.mask_boundary
+        media = bool(m.media) and index < max(state.mask_boundary, state.image_boundary)
+        key = (m.key, m.metadata.get(REF_KEY), masked, media)
+        cached = self._derived.get(key)
+        if cached is None:
+            if len(self._derived) > 16_384:
+                self._derived.clear()
+            cached = self._derived[key] = self._transform(m, masked, media)
+        return cached if cached.id == m.id else replace(cached, id=m.id)
+
+    def _transform(self, m: Message, masked: bool, media: bool) -> Message:
         if m.role == "tool":
             reference = m.metadata.get(REF_KEY)
             text = m.text
-            if index < state.mask_boundary and len(text) > self.config.truncated_observation_max_chars:
+            if masked and len(text) > self.config.truncated_observation_max_chars:
                 ref = reference or "(not offloaded)"
                 return m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
             truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
             if truncated is not None:
                 return m.with_text(truncated)
-        if m.media and index < max(state.mask_boundary, state.image_boundary):
-            return _without_media(m)
-        return m
+        return _without_media(m) if media else m
 
 
 def _without_media(m: Message) -> Message:

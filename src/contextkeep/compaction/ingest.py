@@ -14,6 +14,8 @@ __all__ = ["truncate_tool_result"]
 
 def truncate_tool_result(text: str, limit: int, counter: TokenCounter, reference: str | None) -> str | None:
     """Head and tail of `text` within `limit` tokens, then the marker; `None` if it fits already."""
+    if len(text.encode()) <= limit:  # a token is at least one byte: no need to count
+        return None
     tokens = counter.count_text(text)
     if tokens <= limit:
         return None

@@ -280,6 +280,12 @@ class Compactor:
     ) -> list[int]:
         # The view ends with the transcript's tail (from the cut), so index arithmetic finds each message.
         shift = len(view) - len(transcript)
+        totals: list[int] = getattr(self.counter, "last_totals", list)()
+        if len(totals) == len(view):  # the counter's last prompt is this view: reuse its counts
+            return [
+                totals[shift + r.end - 1] - (totals[shift + r.start - 1] if shift + r.start else 0)
+                for r in rounds
+            ]
         return [
             sum(self.counter.count_message(view[shift + i]) for i in range(r.start, r.end)) for r in rounds
         ]

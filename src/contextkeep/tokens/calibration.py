@@ -72,6 +72,11 @@ class CalibratedCounter:
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         return self.scale(self.base.count_prompt(messages, tools))
 
+    def last_totals(self) -> list[int]:
+        """The base counter's cumulative totals of its last prompt, scaled."""
+        totals: list[int] = getattr(self.base, "last_totals", list)()
+        return [self.scale(t) for t in totals]
+
     def raw_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         """The base counter's unscaled count (what `observe` expects as `local`)."""
         return self.base.count_prompt(messages, tools)

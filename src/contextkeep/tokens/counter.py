@@ -124,6 +124,10 @@ class PromptCounter:
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
+    def last_totals(self) -> list[int]:
+        """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
+        return [e.total for e in self._last]
+
     def _reusable_prefix(self, messages: Sequence[Message], has_tools: bool) -> int:
         last = self._last
         if has_tools != self._last_has_tools:
