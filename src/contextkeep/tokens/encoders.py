@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
@@ -107,16 +108,8 @@ class HFEncoder:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return (
-        0x3040 <= o <= 0x30FF  # kana
-        or 0x3400 <= o <= 0x4DBF
-        or 0x4E00 <= o <= 0x9FFF
-        or 0xAC00 <= o <= 0xD7AF  # hangul
-        or 0xF900 <= o <= 0xFAFF
-        or 0xFF00 <= o <= 0xFFEF  # full-width forms
-    )
+# Kana, CJK ideographs (and extension A, compatibility), hangul, full-width forms: about a token each.
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 class HeuristicEncoder:
@@ -139,5 +132,5 @@ class HeuristicEncoder:
         if not text:
             return 0
         # ASCII fast path: most agent traffic is code and logs.
-        cjk = sum(1 for ch in text if _is_cjk(ch)) if self.cjk_aware and not text.isascii() else 0
+        cjk = len(_CJK.findall(text)) if self.cjk_aware and not text.isascii() else 0
         return cjk + math.ceil((len(text) - cjk) / self.chars_per_token)
