@@ -236,6 +236,10 @@ class Session:
         view, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
         trigger, target = self._trigger(budget), budget.tokens_at(self.config.target_ratio)
         mode = self.config.usage_mode
+        confirmed_only = mode is UsageMode.CONFIRMED_ONLY
+        # DB-GPT: a status after every count, then one after every layer that runs.
+        status = self._confirmed_status(budget) if confirmed_only else self._status(tokens, budget)
+        self._emit(status)
         layers: list[str] = []
         if target is not None:
             if self._state.compression_required and mode is not UsageMode.LOCAL_ONLY:
@@ -243,16 +247,12 @@ class Session:
                 outcome = await self._compact(budget, tools, reason, target, force=True)
                 view, tokens = outcome.view, outcome.tokens
                 layers += (s.compact_layer or "" for s in outcome.statuses)
-            if mode is not UsageMode.CONFIRMED_ONLY and trigger is not None and tokens >= trigger:
+            if not confirmed_only and trigger is not None and tokens >= trigger:
                 outcome = await self._compact(budget, tools, "BUDGET", target)
                 view, tokens = outcome.view, outcome.tokens
                 layers += (s.compact_layer or "" for s in outcome.statuses)
-        status = (
-            self._confirmed_status(budget)
-            if mode is UsageMode.CONFIRMED_ONLY
-            else self._status(tokens, budget)
-        )
-        self._emit(status)
+        if layers:
+            status = self._confirmed_status(budget) if confirmed_only else self._status(tokens, budget)
         return View(view, tokens, status, tuple(layers))
 
     async def compress(

@@ -15,9 +15,10 @@ def main() -> None:
 
 def _register() -> None:
     # Each command lives in its own module; importing them here keeps `main` the one entry point.
-    from contextkeep.cli import count
+    from contextkeep.cli import count, demo
 
     main.add_command(count.count)
+    main.add_command(demo.demo)
 
 
 _register()

@@ -41,6 +41,7 @@ from contextkeep.testing._summary import (
     summary_reply,
 )
 from contextkeep.testing._tokens import count_text, default_counter, truncate_text
+from contextkeep.tokens.encoders import Encoder
 
 __all__ = ["Counter", "FakeLLMServer", "RecordedRequest"]
 
@@ -116,6 +117,8 @@ class FakeLLMServer:
     """How long a `timeout` summary failure stalls before answering."""
     architecture: str
     """Architecture named by `/api/show` (``<architecture>.context_length``)."""
+    encoder: Encoder | None
+    """Counts reply tokens (default: tiktoken ``o200k_base``); pass one to run fully offline."""
 
     def __init__(
         self,
@@ -133,6 +136,7 @@ class FakeLLMServer:
         summary_failure: SummaryFailure | None = None,
         timeout_seconds: float = 5.0,
         architecture: str = "llama",
+        encoder: Encoder | None = None,
     ) -> None:
         if context_window <= 0:
             raise ConfigError("context_window", "must be positive")
@@ -141,6 +145,7 @@ class FakeLLMServer:
         if summary_failure is not None:
             _check_choice("summary_failure", summary_failure, SummaryFailure)
         self.model, self.context_window, self.counter = model, context_window, counter
+        self.encoder = encoder
         self.overflow_format, self.enforce_max_tokens = overflow_format, enforce_max_tokens
         self.usage_mode, self.responder = usage_mode, responder
         self.summary_marker, self.summary_responder = summary_marker, summary_responder
@@ -362,15 +367,27 @@ class FakeLLMServer:
             return self.summary_responder(body)
         return summary_reply(body, self.summary_marker)
 
+    def _count_text(self, text: str) -> int:
+        return self.encoder.count(text) if self.encoder is not None else count_text(text)
+
+    def _truncate(self, text: str, max_tokens: int) -> str:
+        if self.encoder is None:
+            return truncate_text(text, max_tokens)
+        low, high = 0, len(text)  # the longest prefix within max_tokens
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self.encoder.count(text[:mid]) <= max_tokens else (low, mid - 1)
+        return text[:low]
+
     def _complete(
         self, body: Mapping[str, Any], reply: Reply, prompt: int, max_tokens: int | None
     ) -> Completion:
         parts = [reply.text, reply.reasoning or "", *(t.arguments_json() for t in reply.tool_calls)]
-        tokens = sum(count_text(part) for part in parts if part)
+        tokens = sum(self._count_text(part) for part in parts if part)
         truncated = max_tokens is not None and tokens > max_tokens
         if truncated and max_tokens is not None:
             # Providers cut the output at max_tokens; a half-written tool call is not kept.
-            reply, tokens = Reply(text=truncate_text(reply.text, max_tokens)), max_tokens
+            reply, tokens = Reply(text=self._truncate(reply.text, max_tokens)), max_tokens
         with self._lock:
             self._responses += 1
             number, first_tool = self._responses, self._tool_calls + 1

@@ -1,0 +1,7 @@
+"""Running agents: tools, the recall tool, and the tool-calling runner."""
+
+from contextkeep.agent.recall import recall_tool
+from contextkeep.agent.runner import Agent, Runner, Turn
+from contextkeep.agent.tools import Tool, ToolError, tool
+
+__all__ = ["Agent", "Runner", "Tool", "ToolError", "Turn", "recall_tool", "tool"]

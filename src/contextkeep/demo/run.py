@@ -1,0 +1,177 @@
+"""Running the demo: the agent, its tools, the built-in (or a real) model, and the closing report."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contextkeep.agent import Agent, Runner
+from contextkeep.config import ContextConfig
+from contextkeep.demo.brain import AUDIT_TASK, FOLLOW_UP_TASK, respond
+from contextkeep.demo.display import Display
+from contextkeep.demo.project import create_project, project_tools
+from contextkeep.events import Event
+from contextkeep.formats import from_openai
+from contextkeep.models import OpenAIAdapter
+from contextkeep.stores import default_store_url
+from contextkeep.summarizers import LLMSummarizer
+from contextkeep.testing import FakeLLMServer
+from contextkeep.tokens import counter_for_model
+
+__all__ = ["DemoResult", "run_demo"]
+
+DEMO_WINDOW = 6_144
+"""The built-in model's context window: small, so that every layer fires in under a minute."""
+DEMO_CONFIG = ContextConfig(
+    tool_result_limit=500,
+    warning_threshold=0.70,
+    error_threshold=0.92,
+    critical_threshold=0.96,
+    target_ratio=0.45,
+    compression_threshold_ratio=0.66,
+    max_observation_age_rounds=4,
+    min_keep_recent_rounds=2,
+    min_keep_tokens=600,
+    truncated_observation_max_chars=160,
+)
+"""Demo settings: confirmed usage schedules compression at 66 %; the local warning starts at 70 %."""
+SYSTEM_PROMPT = "You audit small services. Use the tools; keep exact file names, numbers and errors."
+
+
+@dataclass
+class DemoResult:
+    """What a demo run did."""
+
+    conversation_id: str
+    """The conversation (resume it with `--resume`)."""
+    store: str
+    """The store URL."""
+    workspace: Path
+    """The offload workspace."""
+    display: Display
+    """Figures gathered from the events."""
+    seconds: float
+    """Wall time."""
+    output: str
+    """The agent's final answer."""
+
+
+async def run_demo(
+    *,
+    home: Path,
+    store: str | None = None,
+    workspace: Path | None = None,
+    resume: bool = False,
+    model: str | None = None,
+    base_url: str | None = None,
+    window: int | None = None,
+    delay: float = 0.0,
+) -> DemoResult:
+    """Run one turn of the demo agent (a follow-up turn with `resume`)."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = store or default_store_url()
+    workspace = workspace or home / "workspace"
+    last = home / "demo-conversation"
+    if resume and last.exists():
+        conversation_id, task = last.read_text().strip(), FOLLOW_UP_TASK
+    else:
+        conversation_id, task = f"demo-{time.strftime('%Y%m%d-%H%M%S')}", AUDIT_TASK
+    last.write_text(conversation_id)
+    display = Display()
+    project = create_project(home / "demo-project")
+    started = time.perf_counter()
+    server = None if model else _builtin_model()
+    try:
+        if server is not None:
+            server.start()
+            adapter = OpenAIAdapter(
+                "contextkeep-demo",
+                base_url=server.base_url,
+                api_key="demo",
+                context_window=DEMO_WINDOW,
+                max_output_tokens=512,
+            )
+        else:
+            adapter = await OpenAIAdapter.create(
+                str(model), base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"), context_window=window
+            )
+        agent = Agent(
+            "demo-auditor",
+            adapter,
+            system_prompt=SYSTEM_PROMPT,
+            tools=project_tools(project),
+            config=DEMO_CONFIG if server is not None else None,
+            default_max_tokens=512,
+            max_iterations=80,
+            summarizer=LLMSummarizer(adapter),
+        )
+        runner = Runner(store=store, workspace=str(workspace), listeners=[display])
+        if server is not None:
+            runner.events.subscribe(_overflow_once(server, display))
+        if delay:
+            runner.events.subscribe(_pause(delay), "context.status")
+        turn = await runner.run(agent, conversation_id, task)
+        await runner.manager(agent).close()
+    finally:
+        if server is not None:
+            server.stop()
+    return DemoResult(conversation_id, store, workspace, display, time.perf_counter() - started, turn.output)
+
+
+def _builtin_model() -> FakeLLMServer:
+    """The scripted agent model on loopback; it counts with the same offline estimate as the client."""
+    counter = counter_for_model("contextkeep-demo", "heuristic")
+
+    def count(body: Mapping[str, Any]) -> int:
+        return counter.count_prompt(from_openai(body.get("messages", [])), body.get("tools"))
+
+    return FakeLLMServer(
+        model="contextkeep-demo",
+        context_window=DEMO_WINDOW,
+        responder=respond,
+        counter=count,
+        encoder=counter.encoder,
+    )
+
+
+def _overflow_once(server: FakeLLMServer, display: Display) -> Any:
+    """Make the provider reject one call as too long, as a provider with hidden prompt overhead does."""
+    armed = [True]
+
+    def listener(event: Event) -> None:
+        data = event.to_dict()
+        if event.type != "context.status" or data["compact_layer"] is not None or not armed[0]:
+            return
+        if display.calls >= 12 and data["ratio"] is not None and data["ratio"] > 0.3:
+            armed[0] = False
+            used = data["used"]
+            print(
+                "           [demo] the provider will reject the next call as too long (simulated)", flush=True
+            )
+            message = (
+                f"This model's maximum context length is {used} tokens. However, your messages resulted in "
+                f"{int(used * 1.25)} tokens. Please reduce the length of the messages."
+            )
+            body = {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
+            server.fail_next(400, body)
+
+    return listener
+
+
+def _pause(seconds: float) -> Any:
+    def listener(event: Event) -> None:
+        if event.to_dict()["compact_layer"] is None:
+            time.sleep(seconds)
+
+    return listener
