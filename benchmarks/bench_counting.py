@@ -77,7 +77,9 @@ def main() -> None:
     reencode_late = statistics.median(rows[-1][1][-tenth:])
     for name, costs in rows:
         early, late = statistics.median(costs[:tenth]), statistics.median(costs[-tenth:])
-        print(f"{name:48} {early * 1e3:9.3f} {late * 1e3:9.3f} {late / early:10.2f} {reencode_late / late:17.1f}x")
+        print(
+            f"{name:48} {early * 1e3:9.3f} {late * 1e3:9.3f} {late / early:10.2f} {reencode_late / late:17.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ class ContextConfig(BaseModel):
     """Characters of a masked tool output kept as preview (head and tail)."""
     min_keep_tokens: int = Field(default=10_000, ge=0)
     """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
+    min_keep_tokens_max_ratio: float = Field(default=0.15, gt=0, le=1)
+    """Caps `min_keep_tokens` at this share of the effective budget, so small windows still compact."""
     max_image_num: int = Field(default=4, ge=0)
     """Images kept inline; older ones are replaced by their reference."""
     pin_first_user: bool = True

@@ -98,6 +98,8 @@ class ViewBuilder:
             out.extend(self._derive(transcript[i], i, state) for i in range(preamble_end, start))
         if state.summary is not None:
             text = self.config.summary_template.format(summary=state.summary.text)
+            if state.summary.reference:
+                text += "\n" + detail_reference(state.summary.reference)
             out.append(Message(self.config.summary_role, text, metadata={"ck_kind": "summary"}))
         summarised = state.summary.cursor if state.summary else 0
         if state.drop_cursor > max(summarised, start):

@@ -173,7 +173,9 @@ class Compactor:
     def _keep_tokens(self, budget: Budget) -> int:
         if self.config.reserve_ratio is not None and budget.context_window is not None:
             return int(self.config.reserve_ratio * budget.context_window)
-        return self.config.min_keep_tokens
+        # DB-GPT's floor was set for 120k windows; in a small window it would leave nothing to compact.
+        cap = budget.tokens_at(self.config.min_keep_tokens_max_ratio)
+        return self.config.min_keep_tokens if cap is None else min(self.config.min_keep_tokens, cap)
 
     def _apply(
         self,
@@ -341,7 +343,8 @@ class Compactor:
             ):
                 return
             result = await self.fallback.summarize(request)
-        summary = Summary(result.text, cursor, result.data, result.method)
+        reference = self.reference(transcript[first_droppable(rounds, self.config.pin_first_user) : cursor])
+        summary = Summary(result.text, cursor, result.data, result.method, reference)
         out.offloads.append(covered)
         new = out.state.evolve(summary=summary, failures=failures)
         self._apply(

@@ -48,6 +48,8 @@ class Summary:
     """The structured fields, when the summariser produced them."""
     method: str = "extractive"
     """`llm` or `extractive`."""
+    reference: str = ""
+    """Where every message the summary replaced can be read in full."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,128 @@
+"""REST endpoints under `/api`: conversations, status, current view, records, transcript, references."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import PlainTextResponse
+
+from contextkeep.errors import UnsafePathError, WorkspaceError
+from contextkeep.messages import message_to_dict
+from contextkeep.server.context import ServerContext, context, known_conversation
+from contextkeep.server.views import current_view, describe_view, usage_report
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api", tags=["conversations"])
+
+Ctx = Annotated[ServerContext, Depends(context)]
+Conversation = Annotated[str, Depends(known_conversation)]
+JSON = dict[str, Any]
+
+
+@router.get("/health", summary="Liveness and configuration")
+async def health(ck: Ctx) -> JSON:
+    """The model the server budgets for and whether proxy mode is on."""
+    model = ck.manager.model
+    return {
+        "ok": True,
+        "model": model.key,
+        "context_window": model.context_window,
+        "capacity_source": model.source.value,
+        "proxy": ck.proxy is not None,
+    }
+
+
+@router.get("/conversations", summary="Every conversation in the store")
+async def conversations(ck: Ctx) -> list[JSON]:
+    """Conversation ids with their transcript lengths."""
+    store = ck.manager.store
+    return [{"id": c, "messages": await store.count_messages(c)} for c in await store.list_conversations()]
+
+
+@router.get("/conversations/{conversation_id}/status", summary="Latest context status and usage")
+async def status(ck: Ctx, conversation_id: Conversation) -> JSON:
+    """The local count of the current view (`context`) and the provider-confirmed usage (`usage`)."""
+    async with ck.reader.open(conversation_id) as session:
+        view = await current_view(session)
+        state = session.state
+        return {
+            "conversation_id": conversation_id,
+            "messages": len(session.transcript),
+            "context": view.status.to_dict(),
+            "usage": usage_report(session),
+            "state_version": state.version,
+            "compactions": len(state.records),
+            "breaker_open": state.breaker_open,
+            "live": ck.proxy is not None and ck.proxy.is_live(conversation_id),
+        }
+
+
+@router.get("/conversations/{conversation_id}/view", summary="What the model sees next")
+async def view(ck: Ctx, conversation_id: Conversation) -> JSON:
+    """The current view, each message marked `summary`, `dropped`, `masked`, `truncated` or unchanged."""
+    async with ck.reader.open(conversation_id) as session:
+        return describe_view(await current_view(session), session.transcript)
+
+
+@router.get("/conversations/{conversation_id}/calls", summary="Views sent at recent proxied calls")
+async def calls(ck: Ctx, conversation_id: Conversation) -> list[JSON]:
+    """Exactly what the model saw at each of the last 50 calls this server proxied (newest last)."""
+    if ck.proxy is None:
+        return []
+    return list(ck.proxy.calls.get(conversation_id, ()))
+
+
+@router.get("/conversations/{conversation_id}/compactions", summary="Compaction records and state")
+async def compactions(ck: Ctx, conversation_id: Conversation) -> JSON:
+    """Every compaction record (layer, reason, tokens before/after, references) and the current cursors."""
+    async with ck.reader.open(conversation_id) as session:
+        state = session.state.to_dict()
+    return {
+        "records": state.pop("records"),
+        "summary": state.pop("summary"),
+        "progress": state.pop("progress"),
+        "state": state,
+    }
+
+
+@router.get("/conversations/{conversation_id}/messages", summary="A page of the transcript")
+async def messages(
+    ck: Ctx,
+    conversation_id: Conversation,
+    after: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> JSON:
+    """Messages from position `after` on, at most `limit`; `next` is the `after` of the next page."""
+    store = ck.manager.store
+    page = await store.load_messages(conversation_id, after=after, limit=limit)
+    total = await store.count_messages(conversation_id)
+    return {
+        "after": after,
+        "total": total,
+        "next": after + len(page) if after + len(page) < total else None,
+        "messages": [message_to_dict(m) for m in page],
+    }
+
+
+@router.get(
+    "/conversations/{conversation_id}/references/{reference:path}",
+    summary="Offloaded content",
+    response_class=PlainTextResponse,
+)
+async def reference(
+    ck: Ctx,
+    conversation_id: Conversation,
+    reference: str,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=2**31)] = None,
+) -> PlainTextResponse:
+    """The text behind a reference, read through the workspace (paths outside it are refused)."""
+    try:
+        text = await ck.manager.workspace.read(reference, offset=offset, limit=limit)
+    except UnsafePathError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    except WorkspaceError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    return PlainTextResponse(text)

@@ -1,0 +1,169 @@
+"""The proxy's model adapter: one prepared view sent to the upstream OpenAI-compatible server.
+
+It implements :class:`~contextkeep.models.ModelAdapter`, so `Session.complete` runs the
+whole cycle (prepare → call → record, compact-and-retry on overflow). Upstream errors are
+classified with :func:`~contextkeep.models.overflow.classify_error`: an input or total
+overflow becomes a `ContextOverflowError` (recovered and retried by the session); any
+other error is kept in :attr:`UpstreamAdapter.failure` and passed back to the client as it
+came. When streaming, chunks are forwarded to :attr:`UpstreamAdapter.sink` as they arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from contextkeep.capabilities import ModelSpec
+from contextkeep.errors import ModelError
+from contextkeep.formats.openai import from_openai, to_openai
+from contextkeep.messages import Message
+from contextkeep.models.adapter import ModelReply
+from contextkeep.models.openai import _StreamAssembly
+from contextkeep.models.overflow import classify_error
+from contextkeep.usage import Usage
+
+__all__ = ["STARTED", "UpstreamAdapter", "UpstreamError", "UpstreamFailure", "upstream_headers"]
+
+logger = logging.getLogger("contextkeep.server")
+
+STARTED = b""
+"""Put on the sink once the upstream accepted a streamed request (status known, bytes follow)."""
+
+_FORWARDED = ("openai-organization", "openai-project", "user-agent")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamFailure:
+    """An upstream answer that is not a success, returned to the client unchanged."""
+
+    status: int
+    """HTTP status."""
+    body: bytes
+    """Body as received."""
+    content_type: str = "application/json"
+    """Its content type."""
+
+
+class UpstreamError(ModelError):
+    """The upstream refused a call for a reason other than context length."""
+
+
+class _Attrs(dict[str, Any]):
+    """A JSON object readable by attribute (what the SDK stream assembler expects)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self.get(name)
+
+
+def upstream_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
+    """Headers sent upstream: the configured key, else the client's own `Authorization`."""
+    out = {k: v for k, v in incoming.items() if k.lower() in _FORWARDED}
+    if api_key:
+        out["authorization"] = f"Bearer {api_key}"
+    elif "authorization" in incoming:
+        out["authorization"] = incoming["authorization"]
+    return out
+
+
+@dataclass
+class UpstreamAdapter:
+    """Sends views for one proxied request (the request's own fields kept)."""
+
+    client: httpx.AsyncClient
+    """Client whose base URL is the upstream's (e.g. ``http://vllm:8000/v1``)."""
+    spec: ModelSpec
+    """The model the context manager budgets for."""
+    headers: Mapping[str, str]
+    """Headers for the upstream."""
+    sink: Callable[[bytes], None] | None = None
+    """Receives `STARTED`, then each streamed event's bytes (not `[DONE]`); `None` when not streaming."""
+    include_usage: bool = True
+    """Whether the client asked for the usage chunk (it is always requested upstream)."""
+    on_call: Callable[[Sequence[Message]], None] | None = None
+    """Called with each view before it is sent (for the inspector's call history)."""
+    failure: UpstreamFailure | None = None
+    """Set when the upstream answered with an error that is not an overflow."""
+    response: dict[str, Any] | None = None
+    """The upstream's JSON reply (non-streamed)."""
+    calls: int = 0
+    """Upstream calls made."""
+    _assembly: _StreamAssembly = field(default_factory=_StreamAssembly)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        **options: Any,
+    ) -> ModelReply:
+        """Send `messages` with the request's other fields; see the module docs for errors."""
+        body: dict[str, Any] = {**options, "messages": to_openai(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        if max_tokens is not None and "max_completion_tokens" not in body:
+            body["max_tokens"] = max_tokens
+        if self.on_call is not None:
+            self.on_call(messages)
+        self.calls += 1
+        if self.sink is None:
+            return await self._single(body)
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return await self._streamed(body, self.sink)
+
+    async def _single(self, body: dict[str, Any]) -> ModelReply:
+        response = await self.client.post("chat/completions", json=body, headers=dict(self.headers))
+        if response.status_code != 200:
+            raise self._refused(response.status_code, response.content, response.headers)
+        data = response.json()
+        self.response = data
+        choice = (data.get("choices") or [{}])[0]
+        message = from_openai([choice.get("message") or {"role": "assistant", "content": ""}])[0]
+        return ModelReply(
+            message=message,
+            usage=Usage.from_openai(data.get("usage")),
+            finish_reason=choice.get("finish_reason"),
+            model=data.get("model"),
+            raw=data,
+        )
+
+    async def _streamed(self, body: dict[str, Any], sink: Callable[[bytes], None]) -> ModelReply:
+        self._assembly = _StreamAssembly()
+        request = self.client.build_request("POST", "chat/completions", json=body, headers=dict(self.headers))
+        response = await self.client.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                raise self._refused(response.status_code, await response.aread(), response.headers)
+            started = False
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                chunk = None if payload == "[DONE]" else json.loads(payload, object_hook=_Attrs)
+                if not started:
+                    if chunk is not None and "error" in chunk:  # an error sent inside a 200 stream
+                        raise self._refused(200, payload.encode(), response.headers)
+                    sink(STARTED)
+                    started = True
+                if chunk is None:
+                    continue  # [DONE] is sent by the proxy once the reply is recorded
+                self._assembly.add(chunk)
+                if self.include_usage or chunk.get("choices"):  # no usage-only chunk unless asked for
+                    sink(f"data: {payload}\n\n".encode())
+        finally:
+            await response.aclose()
+        return self._assembly.reply()
+
+    def _refused(self, status: int, content: bytes, headers: httpx.Headers) -> Exception:
+        # Kept even for an overflow: if recovery gives up, the client gets the upstream's answer.
+        self.failure = UpstreamFailure(status, content, headers.get("content-type", "application/json"))
+        overflow = classify_error(status, content.decode("utf-8", errors="replace"))
+        if overflow is not None:
+            logger.info("upstream overflow (%s): %s", overflow.phase.value, overflow)
+            return overflow
+        return UpstreamError(f"upstream answered {status}")

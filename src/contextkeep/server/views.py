@@ -1,0 +1,126 @@
+"""Read-only inspection of a conversation: its current view and status, without compacting.
+
+:func:`current_view` rebuilds exactly what the next `prepare()` would send if no
+compaction ran, from the session's public pieces (transcript, state, config,
+counter, budget). It never writes to the store and emits no event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextkeep.baseline import figures, ui_text
+from contextkeep.compaction.builder import REF_KEY, ViewBuilder
+from contextkeep.compaction.render import TRUNCATION_MARKER
+from contextkeep.events import ContextStatus
+from contextkeep.messages import Message, message_to_dict
+from contextkeep.rounds import RoundTracker
+from contextkeep.session import Session
+
+__all__ = [
+    "CurrentView",
+    "current_view",
+    "describe_message",
+    "describe_view",
+    "references_in",
+    "usage_report",
+]
+
+_REFERENCE = re.compile(r"\[Full detail available at: ([^\]\s]+)\]|refer to the file in '([^']+)'")
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentView:
+    """What the model would see at the next call, before any compaction that call might trigger."""
+
+    messages: list[Message]
+    """The view, provider-neutral."""
+    tokens: int
+    """Its prompt tokens (local count, without tools)."""
+    status: ContextStatus
+    """Budget, ratio and state of the view."""
+
+
+async def current_view(session: Session) -> CurrentView:
+    """Catch the session up with the store and measure its view (no compaction, no events)."""
+    await session.load()
+    transcript = session.transcript
+    tracker = RoundTracker()
+    tracker.extend(transcript)
+    builder = ViewBuilder(session.config, session.counter, session.manager.hooks)
+    view = builder.build(transcript, tracker.rounds, session.state)
+    tokens = session.counter.count_prompt(view, None)
+    model = session.manager.model
+    status = ContextStatus.measure(
+        tokens,
+        session.budget(),
+        source=session.counter.source,
+        conversation_id=session.conversation_id,
+        model_key=model.key,
+        capacity_source=model.source.value,
+    )
+    return CurrentView(view, tokens, status)
+
+
+def references_in(text: str) -> list[str]:
+    """Every offload reference a text shows (`[Full detail available at: …]`, truncation reminders)."""
+    return [a or b for a, b in _REFERENCE.findall(text)]
+
+
+def _kind(m: Message, original: Message | None) -> str | None:
+    marked = m.metadata.get("ck_kind")
+    if isinstance(marked, str):
+        return marked
+    if original is None or original.text == m.text:
+        return None
+    if TRUNCATION_MARKER in m.text:
+        return "truncated"
+    return "masked" if m.role == "tool" else "media_removed"
+
+
+def describe_message(m: Message, original: Message | None = None) -> dict[str, Any]:
+    """A message as JSON for the inspector: its fields, how compaction changed it, its references."""
+    data = message_to_dict(m)
+    data.pop("metadata", None)
+    data.pop("extra", None)
+    data["text"] = m.text
+    data["kind"] = _kind(m, original)
+    refs = references_in(m.text)
+    stored = m.metadata.get(REF_KEY)
+    if isinstance(stored, str) and stored not in refs:
+        refs.append(stored)
+    data["references"] = refs
+    return data
+
+
+def describe_view(view: CurrentView, transcript: Sequence[Message]) -> dict[str, Any]:
+    """The view as JSON, each message compared with the transcript message it derives from."""
+    by_id: Mapping[str | None, Message] = {m.id: m for m in transcript if m.id}
+    return {
+        "tokens": view.tokens,
+        "status": view.status.to_dict(),
+        "messages": [describe_message(m, by_id.get(m.id)) for m in view.messages],
+    }
+
+
+def usage_report(session: Session) -> dict[str, Any]:
+    """The confirmed-usage state with its figures and the seed's indicator texts."""
+    usage, state = session.usage, session.state
+    budget = session.budget()
+    numbers = figures(usage, budget.context_window, budget.reserved_output)
+    required = state.compression_required
+    return {
+        **usage.to_dict(),
+        "version": usage.version,
+        "valid": usage.valid,
+        "usable_input": numbers.usable_input,
+        "ratio": numbers.ratio,
+        "remaining": numbers.remaining,
+        "compression_required": required,
+        "compression_reason": state.compression_reason,
+        "ui_text": ui_text(usage, numbers, compression_required=required),
+        "ui_text_zh": ui_text(usage, numbers, compression_required=required, chinese=True),
+    }
