@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,7 +57,14 @@ logger = logging.getLogger("contextkeep.session")
 
 _COMPACTION = "compaction"
 _USAGE = "usage"
-_CAS_ATTEMPTS = 8
+_CAS_ATTEMPTS = 24
+
+
+async def _after_conflict(attempt: int) -> None:
+    """Jittered exponential backoff: two instances retrying in lockstep would keep colliding."""
+    await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.25)))
+
+
 Tools = Sequence[Mapping[str, Any]] | None
 _Recovery = TypeVar("_Recovery", RecoveryStarted, RecoveryFailed)
 
@@ -139,7 +147,7 @@ class Session:
         the configured repair policy fixes it; each repair is reported as an event.
         """
         batch = _as_messages(messages)
-        for _ in range(_CAS_ATTEMPTS):
+        for attempt in range(_CAS_ATTEMPTS):
             tracker = self._tracker.copy()
             accepted, repairs = append_repaired(tracker, batch, self.config.repair_policy)
             base = len(self._transcript)
@@ -153,6 +161,7 @@ class Session:
                     self._emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
                 return stamped
             self._emit(StoreConflict(kind="transcript"))
+            await _after_conflict(attempt)
             await self.load()  # another instance appended first: validate again on top of its messages
         raise StoreError(f"could not append to {self.conversation_id!r}: the transcript kept changing")
 
@@ -318,7 +327,7 @@ class Session:
         force: bool,
         reactive: int | None,
     ) -> Outcome:
-        for _ in range(_CAS_ATTEMPTS):
+        for attempt in range(_CAS_ATTEMPTS):
             before = self._state
             _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, before, tools)
             await self._aemit(
@@ -373,6 +382,7 @@ class Session:
                 )
                 outcome.state = self._state
                 return outcome
+            await _after_conflict(attempt)
             await self.load()
         raise StoreError(f"could not save the compaction state of {self.conversation_id!r}: it kept changing")
 
@@ -388,11 +398,12 @@ class Session:
             self._emit(StoreConflict(kind="compaction"))
         return ok
 
-    async def update_state(self, **changes: Any) -> CompactionState:
-        """Change state fields with compare-and-set (reloading and retrying on conflict)."""
-        for _ in range(_CAS_ATTEMPTS):
-            if await self._save(self._state.evolve(**changes), self._state.version):
+    async def update_state(self, change: Callable[[CompactionState], CompactionState]) -> CompactionState:
+        """Apply `change` to the current state with compare-and-set; on conflict reload and apply it again."""
+        for attempt in range(_CAS_ATTEMPTS):
+            if await self._save(change(self._state), self._state.version):
                 return self._state
+            await _after_conflict(attempt)
             await self.load()
         raise StoreError(f"could not update the state of {self.conversation_id!r}: it kept changing")
 
@@ -425,7 +436,9 @@ class Session:
             and numbers.ratio >= threshold
         )
         if required and not self._state.compression_required:
-            await self.update_state(compression_required=True, compression_reason="THRESHOLD_REACHED")
+            await self.update_state(
+                lambda state: state.evolve(compression_required=True, compression_reason="THRESHOLD_REACHED")
+            )
             await self._aemit(
                 CompressionRequired(next_call_baseline_tokens=self._usage.baseline, threshold_ratio=threshold)
             )
@@ -454,7 +467,7 @@ class Session:
         return self._usage
 
     async def _save_usage(self, new: UsageState) -> None:
-        for _ in range(_CAS_ATTEMPTS):
+        for attempt in range(_CAS_ATTEMPTS):
             if new == self._usage:
                 return
             ok = await self.manager.store.save_document(
@@ -468,6 +481,7 @@ class Session:
                 self._usage = replace(new, version=self._usage.version + 1)
                 return
             self._emit(StoreConflict(kind="usage"))
+            await _after_conflict(attempt)
             await self.load()  # another instance recorded first: its figures are as new as ours
             new = replace(new, version=self._usage.version)
         raise StoreError(f"could not save the usage state of {self.conversation_id!r}: it kept changing")
@@ -561,7 +575,8 @@ class Session:
             self.conversation_id, action, {**payload, "conv_id": self.conversation_id}
         )
         step = int(ref.rsplit("/", 1)[-1].split("_")[1])
-        await self.update_state(progress=(*self._state.progress, ProgressStep(step, action, summary, ref)))
+        done = ProgressStep(step, action, summary, ref)
+        await self.update_state(lambda state: state.evolve(progress=(*state.progress, done)))
         return ref
 
     # Events.

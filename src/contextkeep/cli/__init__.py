@@ -15,10 +15,11 @@ def main() -> None:
 
 def _register() -> None:
     # Each command lives in its own module; importing them here keeps `main` the one entry point.
-    from contextkeep.cli import count, demo, replay, serve
+    from contextkeep.cli import count, demo, migrate, replay, serve
 
     main.add_command(count.count)
     main.add_command(demo.demo)
+    main.add_command(migrate.migrate)
     main.add_command(replay.replay_command)
     main.add_command(serve.serve)
 

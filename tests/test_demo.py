@@ -1,0 +1,33 @@
+"""The main job: `contextkeep demo` shows every layer and a recovery, and resumes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from contextkeep.cli import main
+
+
+def test_demo_shows_every_layer_a_recovery_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTEXTKEEP_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["demo"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "✂ L0 truncated" in out
+    assert "near the limit — will compact before the next call" in out
+    assert re.search(r"compacted \[[^\]]*L1[^\]]*L2[^\]]*L3[^\]]*\] \(THRESHOLD_REACHED\)", out)
+    assert "compacted [L4] (OVERFLOW_RECOVERY)" in out and "✓ recovered" in out
+    assert "layers: L0×" in out and "recoveries: 1" in out
+    conversation = re.search(r"conversation: (demo-\S+)", out)
+    assert conversation and (tmp_path / "home" / "contextkeep.db").exists()
+    assert (tmp_path / "home" / "demo-project" / "REPORT.md").read_text().startswith("# Audit")
+
+    again = CliRunner().invoke(main, ["demo", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert f"conversation: {conversation.group(1)}" in again.output

