@@ -5,7 +5,7 @@ Replays the longest shared trajectory call by call. For each call it times
 (b) re-encoding the whole prompt with tiktoken, as a counter without a cache does.
 It prints the median cost over the first and the last tenth of the calls.
 
-    TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_counting.py [--trajectory PATH] [--repeat N]
+    TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_counting.py [--trajectory P] [--repeat N]
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def longest() -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--trajectory", type=Path, default=None)
-    parser.add_argument("--repeat", type=int, default=5, help="replays per counter; the median per call is kept")
+    parser.add_argument("--repeat", type=int, default=5, help="replays per counter (median per call)")
     args = parser.parse_args()
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tokenizers"))
     path = args.trajectory or longest()
@@ -77,9 +78,8 @@ def main() -> None:
     reencode_late = statistics.median(rows[-1][1][-tenth:])
     for name, costs in rows:
         early, late = statistics.median(costs[:tenth]), statistics.median(costs[-tenth:])
-        print(
-            f"{name:48} {early * 1e3:9.3f} {late * 1e3:9.3f} {late / early:10.2f} {reencode_late / late:17.1f}x"
-        )
+        ratio = reencode_late / late
+        print(f"{name:48} {early * 1e3:9.3f} {late * 1e3:9.3f} {late / early:10.2f} {ratio:17.1f}x")
 
 
 if __name__ == "__main__":

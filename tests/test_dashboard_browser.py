@@ -20,6 +20,7 @@ import pytest
 from conftest import service_unavailable
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
+from contextkeep.demo.run import DEMO_CONFIG, DEMO_WINDOW
 from contextkeep.manager import ContextManager
 from contextkeep.models.openai import OpenAIAdapter
 from contextkeep.server import ServerSettings, create_app
@@ -106,13 +107,15 @@ def in_process(store: str, workspace: Path) -> Workload:
 
 
 def demo_subprocess(store: str, workspace: Path) -> Workload:
-    """`contextkeep demo` against the same store (once the command exists)."""
+    """`contextkeep demo` in its own process against the same store, paced so each state lasts."""
     exe = Path(sys.executable).with_name("contextkeep")
-    proc = subprocess.Popen([str(exe), "demo", "--store", store, "--workspace", str(workspace)])
-    return Workload(proc.terminate, lambda: proc.wait(30))
+    env = {**os.environ, "CONTEXTKEEP_HOME": str(workspace.parent / "home")}
+    command = [str(exe), "demo", "--store", store, "--workspace", str(workspace), "--delay", str(PACE)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    return Workload(proc.terminate, lambda: proc.wait(60))
 
 
-WORKLOAD = in_process
+WORKLOAD = demo_subprocess
 
 RECORD_PHASES = """() => {
   window.__phases = [];
@@ -159,10 +162,12 @@ def test_indicator_follows_a_live_workload(browser, tmp_path):
     settings = ServerSettings(
         store=store,
         workspace=str(workspace),
-        model=MODEL,
-        window=WINDOW,
-        config=CONFIG,
-        tokenizer=TOKENIZER,
+        model="contextkeep-demo",
+        window=DEMO_WINDOW,
+        config=DEMO_CONFIG,
+        tokenizer="heuristic",
+        agent_id="demo-auditor",
+        agent_version="1",
         poll_interval=0.2,
     )
     artifacts = Path(os.environ.get("CONTEXTKEEP_ARTIFACTS", tmp_path))

@@ -14,7 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from contextkeep.compaction.ingest import truncate_tool_result
-from contextkeep.compaction.render import detail_reference, dropped_marker, masked_output, progress_section
+from contextkeep.compaction.render import (
+    detail_reference,
+    dropped_marker,
+    masked_output,
+    progress_section,
+    salient_terms,
+)
 from contextkeep.compaction.state import CompactionState, ProgressStep
 from contextkeep.config import ContextConfig
 from contextkeep.messages import ImagePart, Message, TextPart
@@ -69,6 +75,7 @@ class ViewBuilder:
         self._key: _BodyKey | None = None
         self._body: list[Message] = []
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
+        self._mentions_cache: tuple[tuple[int, int], str] = ((-1, -1), "")
 
     def build(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
@@ -110,9 +117,20 @@ class ViewBuilder:
                 transcript[first].id or str(first),
                 transcript[state.drop_cursor - 1].id or "",
                 state.drop_reference,
+                self._mentions(transcript, first, state.drop_cursor),
             )
             out.append(Message("user", text, metadata={"ck_kind": "dropped"}))
         return out
+
+    def _mentions(self, transcript: Sequence[Message], first: int, end: int) -> str:
+        key = (first, end)
+        if self._mentions_cache[0] != key:
+            span = "\n".join(
+                part for m in transcript[first:end] for part in (m.text, *(c.arguments for c in m.tool_calls))
+            )
+            limit = self.config.dropped_mentions_max_chars
+            self._mentions_cache = (key, salient_terms(span, max_chars=limit))
+        return self._mentions_cache[1]
 
     def body(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState

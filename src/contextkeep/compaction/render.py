@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from contextkeep.compaction.state import ProgressStep
@@ -35,8 +36,35 @@ def head_tail(text: str, max_chars: int) -> str:
 
 
 def masked_output(text: str, max_chars: int, reference: str) -> str:
-    """Layer 1: an old tool output as a short preview plus its reference."""
-    return f"{head_tail(text, max_chars)}\n{detail_reference(reference)}"
+    """Layer 1: an old tool output as a short preview, the names it mentions, and its reference."""
+    preview = head_tail(text, max_chars)
+    terms = salient_terms(text, exclude=preview, max_chars=max_chars)
+    mentions = f"\n[mentions: {terms}]" if terms else ""
+    return f"{preview}{mentions}\n{detail_reference(reference)}"
+
+
+_TERMS = (
+    re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b"),  # exception names first: agents come back to them
+    re.compile(r"(?<![\w/.])(?:[\w.-]+/)+[\w.-]+\.\w{1,5}(?::\d+)?\b"),  # paths, with a line number if any
+    re.compile(r"\b[a-z]\w*_\w+\b|\b[A-Z][a-z]+[A-Z]\w*\b"),  # snake_case and CamelCase identifiers
+)
+
+
+def salient_terms(text: str, *, exclude: str = "", max_chars: int = 200) -> str:
+    """Distinct error names, paths and identifiers of `text` not already in `exclude`, within `max_chars`."""
+    seen: list[str] = []
+    for pattern in _TERMS:
+        for term in pattern.findall(text):
+            if term not in seen and term not in exclude:
+                seen.append(term)
+    out: list[str] = []
+    size = 0
+    for term in seen:
+        if size + len(term) + 2 > max_chars:
+            break
+        out.append(term)
+        size += len(term) + 2
+    return ", ".join(out)
 
 
 def truncation_reminder(reference: str | None) -> str:
@@ -47,11 +75,12 @@ def truncation_reminder(reference: str | None) -> str:
     return f"{TRUNCATION_MARKER}\n<system-reminder>{base}</system-reminder>"
 
 
-def dropped_marker(rounds: int, first_id: str, last_id: str, reference: str) -> str:
-    """Layer 2: the one line that stays where whole rounds were dropped."""
+def dropped_marker(rounds: int, first_id: str, last_id: str, reference: str, mentions: str = "") -> str:
+    """Layer 2: the one line that stays where whole rounds were dropped (with the names they mention)."""
+    named = f" They mention: {mentions}." if mentions else ""
     return (
         f"[contextkeep: {rounds} earlier round(s), messages {first_id} to {last_id}, were removed from this "
-        f"view to save context. {detail_reference(reference)}]"
+        f"view to save context.{named} {detail_reference(reference)}]"
     )
 
 

@@ -28,9 +28,10 @@ DEMO_WINDOW = 6_144
 """The built-in model's context window: small, so that every layer fires in under a minute."""
 DEMO_CONFIG = ContextConfig(
     tool_result_limit=500,
-    warning_threshold=0.70,
-    error_threshold=0.92,
-    critical_threshold=0.96,
+    warning_threshold=0.60,
+    error_threshold=0.90,
+    critical_threshold=0.95,
+    trigger_ratio=0.75,
     target_ratio=0.45,
     compression_threshold_ratio=0.66,
     max_observation_age_rounds=4,
@@ -38,7 +39,7 @@ DEMO_CONFIG = ContextConfig(
     min_keep_tokens=600,
     truncated_observation_max_chars=160,
 )
-"""Demo settings: confirmed usage schedules compression at 66 %; the local warning starts at 70 %."""
+"""Demo settings: the indicator warns from 60 %; confirmed usage schedules compression at 66 %."""
 SYSTEM_PROMPT = "You audit small services. Use the tools; keep exact file names, numbers and errors."
 
 
@@ -113,7 +114,7 @@ async def run_demo(
         if server is not None:
             runner.events.subscribe(_overflow_once(server, display))
         if delay:
-            runner.events.subscribe(_pause(delay), "context.status")
+            runner.events.subscribe(_pause(delay), "context.status", "context.compression.completed")
         turn = await runner.run(agent, conversation_id, task)
         await runner.manager(agent).close()
     finally:
@@ -170,8 +171,10 @@ def _overflow_once(server: FakeLLMServer, display: Display) -> Any:
 
 
 def _pause(seconds: float) -> Any:
+    """Hold each state for a while (before a call, and after a compaction) so a dashboard can show it."""
+
     def listener(event: Event) -> None:
-        if event.to_dict()["compact_layer"] is None:
+        if event.to_dict().get("compact_layer") is None:
             time.sleep(seconds)
 
     return listener
