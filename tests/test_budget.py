@@ -90,3 +90,31 @@ def test_capacity_resolution_chain_reports_its_source() -> None:
     unknown = resolve_model_spec("my-private-model-7b")
     assert unknown.source is CapacitySource.UNKNOWN and unknown.context_window is None
     assert resolve_model_spec("deepseek-chat", registry=False).source is CapacitySource.UNKNOWN
+
+
+def test_capacity_from_the_serving_endpoint() -> None:
+    from contextkeep.capabilities import aresolve_model_spec
+    from contextkeep.testing import FakeLLMServer
+
+    with FakeLLMServer(model="served-model", context_window=12_345) as srv:
+        spec = resolve_model_spec(
+            "served-model", base_url=srv.base_url
+        )  # vLLM-style /v1/models max_model_len
+        assert (spec.context_window, spec.source) == (12_345, CapacitySource.ENDPOINT)
+        other = resolve_model_spec("not-served", base_url=srv.base_url, registry=False)
+        assert other.source is CapacitySource.UNKNOWN
+        import asyncio
+
+        assert (
+            asyncio.run(aresolve_model_spec("served-model", base_url=srv.base_url)).context_window == 12_345
+        )
+
+
+def test_capacity_from_ollama_show() -> None:
+    from contextkeep.capabilities import _window_from_ollama
+
+    assert (
+        _window_from_ollama({"model_info": {"qwen2.context_length": 32_768, "general.architecture": "qwen2"}})
+        == 32_768
+    )
+    assert _window_from_ollama({"model_info": {}}) is None

@@ -277,6 +277,9 @@ class FakeLLMServer:
         if route == ("GET", "/v1/models"):
             return HTTPResponse(200, self._models())
         if route == ("POST", "/api/show"):
+            asked = body.get("model") or body.get("name") if isinstance(body, Mapping) else None
+            if asked not in (None, self.model):  # Ollama answers 404 for a model it does not have
+                return HTTPResponse(404, {"error": f"model '{asked}' not found"})
             return HTTPResponse(200, self._show())
         provider: Provider = "anthropic" if "anthropic-version" in headers else "openai"
         return HTTPResponse(*invalid_request(provider, f"Unknown route {method} {path}", 404))
