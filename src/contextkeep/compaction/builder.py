@@ -17,9 +17,9 @@ from contextkeep.compaction.ingest import truncate_tool_result
 from contextkeep.compaction.render import (
     detail_reference,
     dropped_marker,
+    fit_terms,
     masked_output,
     progress_section,
-    salient_terms,
 )
 from contextkeep.compaction.state import CompactionState, ProgressStep
 from contextkeep.config import ContextConfig
@@ -27,10 +27,19 @@ from contextkeep.messages import ImagePart, Message, TextPart
 from contextkeep.rounds import Round
 from contextkeep.tokens import TokenCounter
 
-__all__ = ["REF_KEY", "SystemPromptHook", "ViewBuilder", "default_progress_hook", "first_droppable"]
+__all__ = [
+    "REF_KEY",
+    "TERMS_KEY",
+    "SystemPromptHook",
+    "ViewBuilder",
+    "default_progress_hook",
+    "first_droppable",
+]
 
 REF_KEY = "ck_ref"
 """Metadata key of a message's (or part's) offload reference, set when it is added."""
+TERMS_KEY = "ck_terms"
+"""Metadata key of the names a long tool result mentions, found once when it is added."""
 
 SystemPromptHook = Callable[[str, Sequence[ProgressStep]], str]
 
@@ -125,11 +134,9 @@ class ViewBuilder:
     def _mentions(self, transcript: Sequence[Message], first: int, end: int) -> str:
         key = (first, end)
         if self._mentions_cache[0] != key:
-            span = "\n".join(
-                part for m in transcript[first:end] for part in (m.text, *(c.arguments for c in m.tool_calls))
-            )
+            terms = [t for m in transcript[first:end] for t in m.metadata.get(TERMS_KEY, ())]
             limit = self.config.dropped_mentions_max_chars
-            self._mentions_cache = (key, salient_terms(span, max_chars=limit))
+            self._mentions_cache = (key, fit_terms(terms, max_chars=limit))
         return self._mentions_cache[1]
 
     def body(
@@ -164,7 +171,8 @@ class ViewBuilder:
             text = m.text
             if masked and len(text) > self.config.truncated_observation_max_chars:
                 ref = reference or "(not offloaded)"
-                return m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
+                limit = self.config.truncated_observation_max_chars
+                return m.with_text(masked_output(text, limit, ref, m.metadata.get(TERMS_KEY, ())))
             truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
             if truncated is not None:
                 return m.with_text(truncated)

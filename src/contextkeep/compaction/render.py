@@ -35,12 +35,12 @@ def head_tail(text: str, max_chars: int) -> str:
     return text[:head] + gap + text[len(text) - keep // 2 :]
 
 
-def masked_output(text: str, max_chars: int, reference: str) -> str:
+def masked_output(text: str, max_chars: int, reference: str, terms: Sequence[str] = ()) -> str:
     """Layer 1: an old tool output as a short preview, the names it mentions, and its reference."""
     preview = head_tail(text, max_chars)
-    terms = salient_terms(text, exclude=preview, max_chars=max_chars)
-    mentions = f"\n[mentions: {terms}]" if terms else ""
-    return f"{preview}{mentions}\n{detail_reference(reference)}"
+    mentions = fit_terms(terms, exclude=preview, max_chars=max_chars)
+    listed = f"\n[mentions: {mentions}]" if mentions else ""
+    return f"{preview}{listed}\n{detail_reference(reference)}"
 
 
 _TERMS = (
@@ -48,18 +48,28 @@ _TERMS = (
     re.compile(r"(?<![\w/.])(?:[\w.-]+/)+[\w.-]+\.\w{1,5}(?::\d+)?\b"),  # paths, with a line number if any
     re.compile(r"\b[a-z]\w*_\w+\b|\b[A-Z][a-z]+[A-Z]\w*\b"),  # snake_case and CamelCase identifiers
 )
+MAX_TERMS = 40
+"""Terms kept per message (in order of kind, then of first appearance)."""
 
 
-def salient_terms(text: str, *, exclude: str = "", max_chars: int = 200) -> str:
-    """Distinct error names, paths and identifiers of `text` not already in `exclude`, within `max_chars`."""
-    seen: list[str] = []
+def find_terms(text: str) -> list[str]:
+    """Distinct error names, paths and identifiers of `text`: what an agent is likely to need again."""
+    seen: dict[str, None] = {}
     for pattern in _TERMS:
         for term in pattern.findall(text):
-            if term not in seen and term not in exclude:
-                seen.append(term)
+            seen.setdefault(term)
+            if len(seen) >= MAX_TERMS:
+                return list(seen)
+    return list(seen)
+
+
+def fit_terms(terms: Sequence[str], *, exclude: str = "", max_chars: int = 200) -> str:
+    """Terms not already in `exclude`, comma-separated within `max_chars`."""
     out: list[str] = []
     size = 0
-    for term in seen:
+    for term in dict.fromkeys(terms):
+        if term in exclude:
+            continue
         if size + len(term) + 2 > max_chars:
             break
         out.append(term)
