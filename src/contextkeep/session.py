@@ -265,6 +265,12 @@ class Session:
             status = self._confirmed_status(budget) if confirmed_only else self._status(tokens, budget)
         return View(view, tokens, status, tuple(layers))
 
+    async def current_view(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
+        """The view as it stands (after catching up with the store): no compaction, no events."""
+        await self.load()
+        view, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
+        return View(view, tokens, self._status(tokens, self.budget(max_tokens)))
+
     async def compress(
         self, *, tools: Tools = None, max_tokens: int | None = None, **override: Any
     ) -> Outcome | None:

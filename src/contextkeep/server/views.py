@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextkeep.baseline import figures, ui_text
-from contextkeep.compaction.builder import REF_KEY, ViewBuilder
+from contextkeep.compaction.builder import REF_KEY
 from contextkeep.compaction.render import TRUNCATION_MARKER
 from contextkeep.events import ContextStatus
 from contextkeep.messages import Message, message_to_dict
-from contextkeep.rounds import RoundTracker
 from contextkeep.session import Session
 
 __all__ = [
@@ -46,23 +45,8 @@ class CurrentView:
 
 async def current_view(session: Session) -> CurrentView:
     """Catch the session up with the store and measure its view (no compaction, no events)."""
-    await session.load()
-    transcript = session.transcript
-    tracker = RoundTracker()
-    tracker.extend(transcript)
-    builder = ViewBuilder(session.config, session.counter, session.manager.hooks)
-    view = builder.build(transcript, tracker.rounds, session.state)
-    tokens = session.counter.count_prompt(view, None)
-    model = session.manager.model
-    status = ContextStatus.measure(
-        tokens,
-        session.budget(),
-        source=session.counter.source,
-        conversation_id=session.conversation_id,
-        model_key=model.key,
-        capacity_source=model.source.value,
-    )
-    return CurrentView(view, tokens, status)
+    view = await session.current_view()
+    return CurrentView(view.neutral, view.tokens, view.status)
 
 
 def references_in(text: str) -> list[str]:
