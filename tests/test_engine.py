@@ -214,30 +214,3 @@ async def test_a_reused_call_id_gets_its_own_offload_file(tmp_path: Path) -> Non
     refs = [m.metadata["ck_ref"] for m in stored if m.role == "tool"]
     assert refs == ["sessions/c/tool_result-same.txt", "sessions/c/tool_result-same.m000005.txt"]
     assert [await cm.workspace.read(r) for r in refs] == ["A" * 500, "B" * 500]
-
-
-def test_masked_outputs_and_markers_name_what_they_mention() -> None:
-    from contextkeep.compaction.render import dropped_marker, find_terms, fit_terms, masked_output
-
-    log = (
-        "Traceback (most recent call last):\n"
-        + "  frame\n" * 40
-        + (
-            '  File "django/forms/widgets.py", line 145, in merge\nMediaOrderConflictWarning: duplicate files\n'
-            "see merge_media_lists and MediaOrderConflictWarning\nValueError: bad"
-        )
-    )
-    terms = find_terms(log)
-    assert terms == [
-        "MediaOrderConflictWarning",
-        "ValueError",
-        "django/forms/widgets.py",
-        "merge_media_lists",
-    ]
-    masked = masked_output(log, 60, "sessions/c/tool_result-x.txt", terms)
-    assert masked.splitlines()[-2:] == [
-        "[mentions: MediaOrderConflictWarning, django/forms/widgets.py]",
-        "[Full detail available at: sessions/c/tool_result-x.txt]",
-    ]  # ValueError is already in the preview's tail; the list stays within the preview's size
-    marker = dropped_marker(2, "m1", "m4", "ref", fit_terms(terms, max_chars=30))
-    assert "They mention: MediaOrderConflictWarning." in marker

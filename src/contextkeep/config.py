@@ -96,8 +96,6 @@ class ContextConfig(BaseModel):
     """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
     min_keep_tokens_max_ratio: float = Field(default=0.15, gt=0, le=1)
     """Caps `min_keep_tokens` at this share of the effective budget, so small windows still compact."""
-    dropped_mentions_max_chars: int = Field(default=600, ge=0)
-    """The dropped-rounds marker lists the error names, paths and identifiers they mention, up to this."""
     max_image_num: int = Field(default=4, ge=0)
     """Images kept inline; older ones are replaced by their reference."""
     pin_first_user: bool = True

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextkeep.baseline import UsageState, figures, observe_usage, scope_key
 from contextkeep.budget import Budget, resolve_reserved_output
-from contextkeep.compaction.builder import REF_KEY, TERMS_KEY, ViewBuilder
+from contextkeep.compaction.builder import REF_KEY, ViewBuilder
 from contextkeep.compaction.pipeline import Compactor, Outcome
-from contextkeep.compaction.render import find_terms
 from contextkeep.compaction.state import CompactionState, ProgressStep
 from contextkeep.config import UsageMode
 from contextkeep.errors import ContextOverflowError, StoreError
@@ -176,7 +175,7 @@ class Session:
             answered.add(m.tool_call_id)
         if name and len(m.text) > self.config.truncated_observation_max_chars:
             ref = await workspace.offload_tool_result(self.conversation_id, name, m.text)
-            m = m.with_metadata(**{REF_KEY: ref, TERMS_KEY: find_terms(m.text)})
+            m = m.with_metadata(**{REF_KEY: ref})
             tokens = self.counter.count_text(m.text)
             self._emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
             if tokens > self.config.tool_result_limit:

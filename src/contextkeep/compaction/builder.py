@@ -17,7 +17,6 @@ from contextkeep.compaction.ingest import truncate_tool_result
 from contextkeep.compaction.render import (
     detail_reference,
     dropped_marker,
-    fit_terms,
     masked_output,
     progress_section,
 )
@@ -29,7 +28,6 @@ from contextkeep.tokens import TokenCounter
 
 __all__ = [
     "REF_KEY",
-    "TERMS_KEY",
     "SystemPromptHook",
     "ViewBuilder",
     "default_progress_hook",
@@ -38,8 +36,6 @@ __all__ = [
 
 REF_KEY = "ck_ref"
 """Metadata key of a message's (or part's) offload reference, set when it is added."""
-TERMS_KEY = "ck_terms"
-"""Metadata key of the names a long tool result mentions, found once when it is added."""
 
 SystemPromptHook = Callable[[str, Sequence[ProgressStep]], str]
 
@@ -84,7 +80,6 @@ class ViewBuilder:
         self._key: _BodyKey | None = None
         self._body: list[Message] = []
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
-        self._mentions_cache: tuple[tuple[int, int], str] = ((-1, -1), "")
 
     def build(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
@@ -126,18 +121,9 @@ class ViewBuilder:
                 transcript[first].id or str(first),
                 transcript[state.drop_cursor - 1].id or "",
                 state.drop_reference,
-                self._mentions(transcript, first, state.drop_cursor),
             )
             out.append(Message("user", text, metadata={"ck_kind": "dropped"}))
         return out
-
-    def _mentions(self, transcript: Sequence[Message], first: int, end: int) -> str:
-        key = (first, end)
-        if self._mentions_cache[0] != key:
-            terms = [t for m in transcript[first:end] for t in m.metadata.get(TERMS_KEY, ())]
-            limit = self.config.dropped_mentions_max_chars
-            self._mentions_cache = (key, fit_terms(terms, max_chars=limit))
-        return self._mentions_cache[1]
 
     def body(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
@@ -171,8 +157,7 @@ class ViewBuilder:
             text = m.text
             if masked and len(text) > self.config.truncated_observation_max_chars:
                 ref = reference or "(not offloaded)"
-                limit = self.config.truncated_observation_max_chars
-                return m.with_text(masked_output(text, limit, ref, m.metadata.get(TERMS_KEY, ())))
+                return m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
             truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
             if truncated is not None:
                 return m.with_text(truncated)

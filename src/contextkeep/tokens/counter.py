@@ -149,7 +149,7 @@ class PromptCounter:
         """Count every uncached message in one batch (a compaction pass changes many at once)."""
         count_many = getattr(self.encoder, "count_many", None)
         misses = [(m, c, t) for m, c, t in items if (m.key, c, t) not in self._cache]
-        if count_many is None or len(misses) < 2:
+        if count_many is None or len(misses) < 16:  # a batch only pays off for many texts
             return
         rendered = [self.framing.render(m, c, in_last_turn=t) for m, c, t in misses]
         for (m, c, t), (_, extra), n in zip(
