@@ -335,7 +335,8 @@ class Session:
     ) -> Outcome:
         for attempt in range(_CAS_ATTEMPTS):
             before = self._state
-            _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, before, tools)
+            measured = self._compactor.measure(self._transcript, self._tracker.rounds, before, tools)
+            tokens = measured[1]
             await self._aemit(
                 CompressionStarted(
                     layer="pipeline",
@@ -355,10 +356,10 @@ class Session:
                     reason=reason,
                     target=target,
                     force_summary=force,
+                    measured=measured,
                 )
             else:
-                view, now = self._compactor.measure(self._transcript, rounds, before, tools)
-                outcome = Outcome(before, view, now)
+                outcome = Outcome(before, *measured)
                 self._compactor.reactive(outcome, self._transcript, rounds, budget, tools, reason, reactive)
             for failure in outcome.failures:
                 await self._aemit(failure)

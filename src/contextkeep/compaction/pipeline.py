@@ -97,9 +97,13 @@ class Compactor:
         target: int,
         force_summary: bool = False,
         emergency: bool = True,
+        measured: tuple[list[Message], int] | None = None,
     ) -> Outcome:
-        """Apply the configured layers until the view is at or under `target` tokens."""
-        view, tokens = self.measure(transcript, rounds, state, tools)
+        """Apply the configured layers until the view is at or under `target` tokens.
+
+        `measured` is the view and tokens of `state`, when the caller has them already.
+        """
+        view, tokens = measured or self.measure(transcript, rounds, state, tools)
         out = Outcome(state, view, tokens)
         if state.minimal:
             self._apply(out, "L2", state.evolve(minimal=False), transcript, rounds, budget, tools, reason)
