@@ -27,6 +27,7 @@ __all__ = ["DemoResult", "run_demo"]
 DEMO_WINDOW = 6_144
 """The built-in model's context window: small, so that every layer fires in under a minute."""
 DEMO_CONFIG = ContextConfig(
+    reserved_tokens=512,  # the replies' max_tokens, explicit so a dashboard computes the same budget
     tool_result_limit=500,
     warning_threshold=0.60,
     error_threshold=0.90,
