@@ -448,7 +448,6 @@ async def test_anthropic_usage_omitted_is_unavailable(srv: FakeLLMServer) -> Non
 @pytest.mark.parametrize(
     ("module", "build", "extra"),
     [
-        ("openai", lambda: OpenAIAdapter("m", api_key="k"), "openai"),
         ("anthropic", lambda: AnthropicAdapter("m", api_key="k"), "anthropic"),
         ("litellm", lambda: LiteLLMAdapter("m"), "litellm"),
     ],

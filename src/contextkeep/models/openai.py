@@ -23,7 +23,7 @@ from contextkeep.capabilities import ModelSpec, aresolve_model_spec
 from contextkeep.errors import ConfigError
 from contextkeep.formats.openai import to_openai
 from contextkeep.messages import Message, ToolCall
-from contextkeep.models._common import ProviderError, as_mapping, map_sdk_error, missing_extra, openai_tool
+from contextkeep.models._common import ProviderError, as_mapping, map_sdk_error, openai_tool
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.overflow import check_silent_truncation
 from contextkeep.usage import Usage
@@ -60,10 +60,8 @@ class OpenAIAdapter:
         stream: bool = False,
         default_options: Mapping[str, Any] | None = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise missing_extra("OpenAIAdapter", "openai") from exc
+        import openai  # a core dependency, imported late: `import contextkeep` stays light
+
         if client is None:
             try:
                 client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key)
