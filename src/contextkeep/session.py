@@ -295,7 +295,7 @@ class Session:
         target: int,
         *,
         force: bool = False,
-        reactive: int | None = None,
+        reactive: bool = False,
     ) -> Outcome:
         """Run the pipeline, offload, then save the state (CAS; on conflict reload and run again).
 
@@ -331,7 +331,7 @@ class Session:
         target: int,
         *,
         force: bool,
-        reactive: int | None,
+        reactive: bool,
     ) -> Outcome:
         for attempt in range(_CAS_ATTEMPTS):
             before = self._state
@@ -345,22 +345,18 @@ class Session:
                     compression_required=before.compression_required,
                 )
             )
-            rounds = self._tracker.rounds
-            if reactive is None:
-                outcome = await self._compactor.run(
-                    self._transcript,
-                    rounds,
-                    before,
-                    budget=budget,
-                    tools=tools,
-                    reason=reason,
-                    target=target,
-                    force_summary=force,
-                    measured=measured,
-                )
-            else:
-                outcome = Outcome(before, *measured)
-                self._compactor.reactive(outcome, self._transcript, rounds, budget, tools, reason, reactive)
+            outcome = await self._compactor.run(
+                self._transcript,
+                self._tracker.rounds,
+                before,
+                budget=budget,
+                tools=tools,
+                reason=reason,
+                target=target,
+                force_summary=force,
+                reactive=reactive,
+                measured=measured,
+            )
             for failure in outcome.failures:
                 await self._aemit(failure)
             for span in outcome.offloads:
@@ -559,7 +555,7 @@ class Session:
         budget = self.budget(max_tokens)
         _, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
         target = self._recovery_target(tokens, overflow)
-        outcome = await self._compact(budget, tools, "OVERFLOW_RECOVERY", target, reactive=target)
+        outcome = await self._compact(budget, tools, "OVERFLOW_RECOVERY", target, reactive=True)
         if not outcome.changed or outcome.tokens >= tokens:
             raise error
         status = self._status(outcome.tokens, budget)

@@ -96,75 +96,58 @@ class Compactor:
         reason: str,
         target: int,
         force_summary: bool = False,
-        emergency: bool = True,
+        reactive: bool = False,
         measured: tuple[list[Message], int] | None = None,
     ) -> Outcome:
         """Apply the configured layers until the view is at or under `target` tokens.
 
-        `measured` is the view and tokens of `state`, when the caller has them already.
+        With `reactive`, only layer 4 runs (after a provider overflow). Otherwise, if the view
+        still exceeds the effective budget at the end, layer 4 makes it fit. `measured` is the
+        view and tokens of `state`, when the caller has them already.
         """
         view, tokens = measured or self.measure(transcript, rounds, state, tools)
-        out = Outcome(state, view, tokens)
+        p = _Pass(transcript, rounds, budget, tools, reason, Outcome(state, view, tokens))
+        if reactive:
+            self._reactive(p, target)
+            return p.out
         if state.minimal:
-            self._apply(out, "L2", state.evolve(minimal=False), transcript, rounds, budget, tools, reason)
+            self._apply(p, "L2", state.evolve(minimal=False))
         error_tokens = budget.tokens_at(self.config.error_threshold)
         for layer in self.config.layers:
-            if out.tokens <= target and not (layer == "L3" and force_summary):
+            if p.out.tokens <= target and not (layer == "L3" and force_summary):
                 if not force_summary:
                     break
                 continue
             if layer == "L1":
+                config = self.config
+                age, keep = config.max_observation_age_rounds, config.min_keep_recent_rounds
                 new = mask(
-                    rounds,
-                    transcript,
-                    out.state,
-                    age=self.config.max_observation_age_rounds,
-                    keep=self.config.min_keep_recent_rounds,
-                    max_images=self.config.max_image_num,
+                    rounds, transcript, p.out.state, age=age, keep=keep, max_images=config.max_image_num
                 )
-                self._apply(out, "L1", new, transcript, rounds, budget, tools, reason)
+                self._apply(p, "L1", new)
             elif layer == "L2":
-                self._drop(
-                    out,
-                    transcript,
-                    rounds,
-                    budget,
-                    tools,
-                    reason,
-                    target,
-                    self.config.min_keep_recent_rounds,
-                    self._keep_tokens(budget),
-                    "L2",
-                )
-            elif self._summary_due(out.tokens, target, error_tokens, force_summary):
-                await self._summarize(out, transcript, rounds, budget, tools, reason)
+                self._drop(p, target, self.config.min_keep_recent_rounds, self._keep_tokens(budget), "L2")
+            elif self._summary_due(p.out.tokens, target, error_tokens, force_summary):
+                await self._summarize(p)
         effective = budget.effective
-        if emergency and effective is not None and out.tokens > effective:
-            self.reactive(out, transcript, rounds, budget, tools, reason, effective)
-        return out
+        if effective is not None and p.out.tokens > effective:
+            self._reactive(p, effective)
+        return p.out
 
-    def reactive(
-        self,
-        out: Outcome,
-        transcript: Sequence[Message],
-        rounds: Sequence[Round],
-        budget: Budget,
-        tools: Tools,
-        reason: str,
-        target: int,
-    ) -> None:
-        """Layer 4: mask all but the last two rounds, then drop down to them, until under `target`."""
+    def _reactive(self, p: _Pass, target: int) -> None:
         keep = min(2, self.config.min_keep_recent_rounds)
-        boundary = protected_start(rounds, keep)
-        if boundary > out.state.mask_boundary:
-            new = out.state.evolve(
-                mask_boundary=boundary, image_boundary=max(out.state.image_boundary, boundary)
+        state = p.out.state
+        boundary = protected_start(p.rounds, keep)
+        if boundary > state.mask_boundary:
+            self._apply(
+                p,
+                "L4",
+                state.evolve(mask_boundary=boundary, image_boundary=max(state.image_boundary, boundary)),
             )
-            self._apply(out, "L4", new, transcript, rounds, budget, tools, reason)
-        if out.tokens > target:
-            self._drop(out, transcript, rounds, budget, tools, reason, target, keep, 0, "L4")
-        if out.tokens > target and not out.state.minimal:
-            self._apply(out, "L4", out.state.evolve(minimal=True), transcript, rounds, budget, tools, reason)
+        if p.out.tokens > target:
+            self._drop(p, target, keep, 0, "L4")
+        if p.out.tokens > target and not p.out.state.minimal:
+            self._apply(p, "L4", p.out.state.evolve(minimal=True))
 
     def _summary_due(self, tokens: int, target: int, error_tokens: int | None, force: bool) -> bool:
         """DB-GPT: summarise at or above the error threshold; AgentScope (trigger ratio set): above target."""
@@ -183,28 +166,24 @@ class Compactor:
 
     def _apply(
         self,
-        out: Outcome,
+        p: _Pass,
         layer: str,
         new: CompactionState,
-        transcript: Sequence[Message],
-        rounds: Sequence[Round],
-        budget: Budget,
-        tools: Tools,
-        reason: str,
         span: tuple[int, int] = (0, 0),
         references: tuple[str, ...] = (),
     ) -> None:
+        out = p.out
         if new == out.state:
             return
         new = new.evolve(progress_shown=len(new.progress))  # the prefix changes anyway: show progress now
-        view, tokens = self.measure(transcript, rounds, new, tools)
-        record = CompactionRecord(layer, reason, out.tokens, tokens, span[0], span[1], references)
+        view, tokens = self.measure(p.transcript, p.rounds, new, p.tools)
+        record = CompactionRecord(layer, p.reason, out.tokens, tokens, span[0], span[1], references)
         out.state = new.evolve(records=(*new.records, record))
         out.view, out.tokens = view, tokens
         out.statuses.append(
             ContextStatus.measure(
                 tokens,
-                budget,
+                p.budget,
                 source=self.counter.source,
                 layer=layer,
                 conversation_id=self.conversation_id,
@@ -212,67 +191,40 @@ class Compactor:
             )
         )
         logger.info(
-            "%s %s: %d -> %d tokens (%s)", self.conversation_id, layer, record.tokens_before, tokens, reason
+            "%s %s: %d -> %d tokens (%s)", self.conversation_id, layer, record.tokens_before, tokens, p.reason
         )
 
-    def _drop(
-        self,
-        out: Outcome,
-        transcript: Sequence[Message],
-        rounds: Sequence[Round],
-        budget: Budget,
-        tools: Tools,
-        reason: str,
-        target: int,
-        keep_rounds: int,
-        keep_tokens: int,
-        layer: str,
-    ) -> None:
-        start = first_droppable(rounds, self.config.pin_first_user)
+    def _drop(self, p: _Pass, target: int, keep_rounds: int, keep_tokens: int, layer: str) -> None:
+        out, transcript = p.out, p.transcript
+        start = first_droppable(p.rounds, self.config.pin_first_user)
         # The estimate can fall short (framing context, the marker's own tokens): retry a few times.
         for _ in range(4):
             if out.tokens <= target:
                 return
             cut = max(out.state.cut, start)
-            candidates = droppable_rounds(rounds, cut)
+            candidates = droppable_rounds(p.rounds, cut)
             sizes = self._round_tokens(out.view, transcript, candidates)
+            excess = out.tokens - target
             plan = plan_drop(
-                candidates,
-                sizes,
-                cut,
-                excess=out.tokens - target,
-                keep_rounds=keep_rounds,
-                keep_tokens=keep_tokens,
+                candidates, sizes, cut, excess=excess, keep_rounds=keep_rounds, keep_tokens=keep_tokens
             )
             if plan is None:
                 return
             removed = list(transcript[plan.removed[0] : plan.removed[1]])
             dropped_from = max(start, out.state.summary.cursor if out.state.summary else 0)
             reference = self.reference(transcript[dropped_from : plan.cut])
-            new = out.state.evolve(drop_cursor=plan.cut, drop_reference=reference)
             out.offloads.append(removed)
-            self._apply(
-                out,
-                layer,
-                new,
-                transcript,
-                rounds,
-                budget,
-                tools,
-                reason,
-                plan.removed,
-                (self.reference(removed),),
-            )
+            new = out.state.evolve(drop_cursor=plan.cut, drop_reference=reference)
+            self._apply(p, layer, new, plan.removed, (self.reference(removed),))
 
-    def _summary_cursor(
-        self, out: Outcome, transcript: Sequence[Message], rounds: Sequence[Round], budget: Budget, start: int
-    ) -> int:
+    def _summary_cursor(self, p: _Pass, start: int) -> int:
         """Where the summary ends: before the newest rounds that hold the kept recent tokens (and rounds)."""
+        out, rounds = p.out, p.rounds
         cursor = protected_start(rounds, self.config.min_keep_recent_rounds)
         candidates = [r for r in droppable_rounds(rounds, max(out.state.cut, start)) if r.start < cursor]
-        sizes = self._round_tokens(out.view, transcript, candidates)
-        kept = sum(self._round_tokens(out.view, transcript, [r for r in rounds if r.start >= cursor]))
-        keep_tokens = self._keep_tokens(budget)
+        sizes = self._round_tokens(out.view, p.transcript, candidates)
+        kept = sum(self._round_tokens(out.view, p.transcript, [r for r in rounds if r.start >= cursor]))
+        keep_tokens = self._keep_tokens(p.budget)
         # Walk back from the protected rounds while the recent part is still short of its token floor.
         for r, size in zip(reversed(candidates), reversed(sizes), strict=True):
             if kept >= keep_tokens:
@@ -296,25 +248,16 @@ class Compactor:
             sum(self.counter.count_message(view[shift + i]) for i in range(r.start, r.end)) for r in rounds
         ]
 
-    async def _summarize(
-        self,
-        out: Outcome,
-        transcript: Sequence[Message],
-        rounds: Sequence[Round],
-        budget: Budget,
-        tools: Tools,
-        reason: str,
-    ) -> None:
-        state = out.state
+    async def _summarize(self, p: _Pass) -> None:
+        out, state = p.out, p.out.state
         if state.breaker_open or (self.summarizer is None and self.fallback is None):
             return
-        start = max(
-            first_droppable(rounds, self.config.pin_first_user), state.summary.cursor if state.summary else 0
-        )
-        cursor = self._summary_cursor(out, transcript, rounds, budget, start)
+        first = first_droppable(p.rounds, self.config.pin_first_user)
+        start = max(first, state.summary.cursor if state.summary else 0)
+        cursor = self._summary_cursor(p, start)
         if cursor <= start:
             return
-        covered = list(transcript[start:cursor])
+        covered = list(p.transcript[start:cursor])
         request = SummaryRequest(self.conversation_id, covered, state.summary, self.config, self.counter)
         summarizer = self.summarizer if self.summarizer is not None else self.fallback
         assert summarizer is not None
@@ -330,7 +273,7 @@ class Compactor:
                 CompressionFailed(
                     conversation_id=self.conversation_id,
                     layer="L3",
-                    compression_reason=reason,
+                    compression_reason=p.reason,
                     error=str(exc),
                     consecutive_failures=failures,
                     breaker_open=breaker,
@@ -347,19 +290,20 @@ class Compactor:
             ):
                 return
             result = await self.fallback.summarize(request)
-        reference = self.reference(transcript[first_droppable(rounds, self.config.pin_first_user) : cursor])
+        reference = self.reference(p.transcript[first:cursor])
         summary = Summary(result.text, cursor, result.data, result.method, reference)
         out.offloads.append(covered)
         new = out.state.evolve(summary=summary, failures=failures)
-        self._apply(
-            out,
-            "L3",
-            new,
-            transcript,
-            rounds,
-            budget,
-            tools,
-            reason,
-            (start, cursor),
-            (self.reference(covered),),
-        )
+        self._apply(p, "L3", new, (start, cursor), (self.reference(covered),))
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One compaction pass: what every layer reads, and the outcome it updates."""
+
+    transcript: Sequence[Message]
+    rounds: Sequence[Round]
+    budget: Budget
+    tools: Tools
+    reason: str
+    out: Outcome
