@@ -10,7 +10,6 @@ next `prepare` builds a valid view.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
 import uuid
@@ -18,9 +17,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from contextkeep._ingest import Ingest, as_messages, reply_message
 from contextkeep.baseline import UsageState, figures, observe_usage, scope_key
 from contextkeep.budget import Budget, resolve_reserved_output
-from contextkeep.compaction.builder import REF_KEY, ViewBuilder
+from contextkeep.compaction.builder import ViewBuilder
 from contextkeep.compaction.pipeline import Compactor, Outcome
 from contextkeep.compaction.state import CompactionState, ProgressStep
 from contextkeep.config import UsageMode
@@ -37,10 +37,8 @@ from contextkeep.events import (
     RecoveryStarted,
     RecoverySucceeded,
     StoreConflict,
-    ToolResultTruncated,
 )
-from contextkeep.formats.openai import from_openai
-from contextkeep.messages import ContentPart, ImagePart, Message, TextPart
+from contextkeep.messages import Message
 from contextkeep.models.adapter import ModelAdapter, ModelReply
 from contextkeep.models.overflow import classify_exception
 from contextkeep.rounds import RoundTracker, append_repaired
@@ -101,6 +99,14 @@ class Session:
             status_context={"model_key": manager.model.key, "capacity_source": manager.model.source.value},
         )
         self.last_usage: Usage | None = None
+        self._ingest = Ingest(
+            manager.workspace,
+            conversation_id,
+            self.config,
+            self.counter,
+            lambda m: self._builder._derive(m, len(self._transcript), CompactionState()),
+            self._emit,
+        )
         self._usage = UsageState()
         self._max_tokens: int | None = None
         self._owner = uuid.uuid4().hex  # lease owner: this session object
@@ -146,14 +152,14 @@ class Session:
         A malformed history raises `MalformedHistoryError` (nothing is stored), unless
         the configured repair policy fixes it; each repair is reported as an event.
         """
-        batch = _as_messages(messages)
+        batch = as_messages(messages)
         for attempt in range(_CAS_ATTEMPTS):
             tracker = self._tracker.copy()
             accepted, repairs = append_repaired(tracker, batch, self.config.repair_policy)
             base = len(self._transcript)
             stamped = [m if m.id else _with_id(m, f"m{base + i:06d}") for i, m in enumerate(accepted)]
             answered = set(self._answered)
-            stamped = [await self._ingest(m, answered) for m in stamped]
+            stamped = [await self._ingest.message(m, answered) for m in stamped]
             if await self.manager.store.append(self.conversation_id, stamped, expected_length=base):
                 self._tracker = tracker
                 self._extend(stamped)
@@ -164,56 +170,6 @@ class Session:
             await _after_conflict(attempt)
             await self.load()  # another instance appended first: validate again on top of its messages
         raise StoreError(f"could not append to {self.conversation_id!r}: the transcript kept changing")
-
-    async def _ingest(self, m: Message, answered: set[str]) -> Message:
-        """Offload what layers 0/1 may shorten later, so every reference exists before it is shown."""
-        workspace = self.manager.workspace
-        name = None
-        if m.role == "tool" and m.tool_call_id:
-            # Providers reuse call ids across rounds: a recurring id gets the message id too.
-            name = m.tool_call_id if m.tool_call_id not in answered else f"{m.tool_call_id}.{m.id}"
-            answered.add(m.tool_call_id)
-        if name and len(m.text) > self.config.truncated_observation_max_chars:
-            ref = await workspace.offload_tool_result(self.conversation_id, name, m.text)
-            m = m.with_metadata(**{REF_KEY: ref})
-            tokens = self.counter.count_text(m.text)
-            self._emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
-            if tokens > self.config.tool_result_limit:
-                kept = self._builder._derive(m, len(self._transcript), CompactionState())
-                self._emit(
-                    ToolResultTruncated(
-                        tool_call_id=m.tool_call_id or "",
-                        tokens_before=tokens,
-                        tokens_after=self.counter.count_text(kept.text),
-                        reference=ref,
-                    )
-                )
-        if m.media and not isinstance(m.content, str) and m.content is not None:
-            parts = [await self._offload_part(p) for p in m.content]
-            m = Message(
-                m.role,
-                tuple(parts),
-                m.tool_calls,
-                m.tool_call_id,
-                m.name,
-                m.reasoning,
-                m.id,
-                m.metadata,
-                m.extra,
-            )
-        return m
-
-    async def _offload_part(self, part: ContentPart) -> ContentPart:
-        if isinstance(part, TextPart) or not part.url.startswith("data:") or ";base64," not in part.url:
-            return part
-        head, data = part.url[5:].split(";base64,", 1)
-        ext = head.rsplit("/", 1)[-1] or "bin"
-        ref = await self.manager.workspace.offload_data(base64.b64decode(data), ext)
-        self._emit(ContextOffloaded(reference=ref, kind="data", messages=0))
-        extra = {**part.extra, REF_KEY: ref}
-        if isinstance(part, ImagePart):
-            return ImagePart(part.url, part.media_type, extra)
-        return type(part)(part.url, part.media_type, part.name, extra)
 
     # Preparing.
     def budget(self, max_tokens: int | None = None) -> Budget:
@@ -419,7 +375,7 @@ class Session:
         Complete usage sets the confirmed baseline; when its ratio reaches
         `compression_threshold_ratio`, compaction is scheduled before the next model call.
         """
-        message, found = _reply_message(reply)
+        message, found = reply_message(reply)
         usage = usage or found or Usage()
         self.last_usage = usage
         (stored,) = await self.add([message])
@@ -626,30 +582,3 @@ def _stamp(event: Any, conversation_id: str) -> Any:
 
 def _with_id(m: Message, mid: str) -> Message:
     return replace(m, id=mid)
-
-
-def _as_messages(
-    messages: Iterable[Message | Mapping[str, Any]] | Message | Mapping[str, Any],
-) -> list[Message]:
-    items: Iterable[Message | Mapping[str, Any]] = (
-        [messages] if isinstance(messages, Message | Mapping) else messages
-    )
-    out: list[Message] = []
-    for item in items:
-        out.append(item if isinstance(item, Message) else from_openai([item])[0])
-    return out
-
-
-def _reply_message(reply: Any) -> tuple[Message, Usage | None]:
-    if isinstance(reply, ModelReply):
-        return reply.message, reply.usage
-    if isinstance(reply, Message):
-        return reply, None
-    if isinstance(reply, Mapping):
-        if "choices" in reply:
-            return from_openai([reply["choices"][0]["message"]])[0], Usage.from_openai(reply.get("usage"))
-        return from_openai([reply])[0], None
-    dump = getattr(reply, "model_dump", None)
-    if callable(dump):  # an SDK response object
-        return _reply_message(dump(exclude_none=True))
-    raise TypeError(f"cannot record a reply of type {type(reply).__name__}")
