@@ -113,17 +113,13 @@ class PromptCounter:
         total = entries[-1].total if entries else 0
         last_user = _last_user(messages, reuse, entries[-1].last_user if entries else -1)
         seen_user = entries[-1].last_user if entries else -1
-        steps = []
         for i in range(reuse, len(messages)):
             m = messages[i]
             context, state = self.framing.step(m, state, has_tools=has_tools)
             in_last_turn = i >= last_user if m.role != "user" else i == last_user
-            steps.append((m, context, in_last_turn or not self.framing.turn_sensitive, state))
-        self._prefetch([(m, c, t) for m, c, t, _ in steps])
-        for i, (m, context, in_last_turn, after) in enumerate(steps, reuse):
-            total += self._message(m, context, in_last_turn)
+            total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
             seen_user = i if m.role == "user" else seen_user
-            entries.append(_Entry(m.key, after, total, seen_user))
+            entries.append(_Entry(m.key, state, total, seen_user))
         self._last = entries
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
@@ -144,18 +140,6 @@ class PromptCounter:
             # A new user message changes how the previous turn renders: recount from its start.
             i = min(i, max(last[i - 1].last_user, 0) if i else 0)
         return i
-
-    def _prefetch(self, items: Sequence[tuple[Message, Hashable, bool]]) -> None:
-        """Count every uncached message in one batch (a compaction pass changes many at once)."""
-        count_many = getattr(self.encoder, "count_many", None)
-        misses = [(m, c, t) for m, c, t in items if (m.key, c, t) not in self._cache]
-        if count_many is None or len(misses) < 16:  # a batch only pays off for many texts
-            return
-        rendered = [self.framing.render(m, c, in_last_turn=t) for m, c, t in misses]
-        for (m, c, t), (_, extra), n in zip(
-            misses, rendered, count_many([r[0] for r in rendered]), strict=True
-        ):
-            self._store((m.key, c, t), n + extra)
 
     def _store(self, key: tuple[str, Hashable, bool], n: int) -> None:
         self._cache[key] = n

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
@@ -107,10 +106,6 @@ class HFEncoder:
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        """Counts of several texts in one call (the library encodes a batch in parallel)."""
-        return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
 # Kana, CJK ideographs (and extension A, compatibility), hangul, full-width forms: about a token each.
