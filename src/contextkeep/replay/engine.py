@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from contextkeep.errors import MalformedHistoryError
@@ -15,7 +15,7 @@ from contextkeep.rounds import split_rounds
 from contextkeep.usage import Usage
 from contextkeep.view import View
 
-__all__ = ["CallResult", "ReplayResult", "references_in", "replay"]
+__all__ = ["CallResult", "CallTotals", "ReplayResult", "references_in", "replay"]
 
 _REFERENCE = re.compile(r"\[Full detail available at: ([^\]\s]+)\]|refer to the file in '([^']+)'")
 
@@ -43,16 +43,10 @@ class CallResult:
     """Pairing violations in the view (0 or 1)."""
 
 
-@dataclass(slots=True)
-class ReplayResult:
-    """A whole replay."""
+class CallTotals:
+    """Figures over `self.calls` shared by replay results and their metrics."""
 
-    name: str
-    """The trajectory."""
-    calls: list[CallResult] = field(default_factory=list)
-    """Every call, in order."""
-    references: set[str] = field(default_factory=set)
-    """Every reference any view showed."""
+    calls: Sequence[CallResult]
 
     @property
     def peak_view_tokens(self) -> int:
@@ -68,6 +62,18 @@ class ReplayResult:
     def invariant_violations(self) -> int:
         """Views with a call without result or a result without call."""
         return sum(c.violations for c in self.calls)
+
+
+@dataclass(slots=True)
+class ReplayResult(CallTotals):
+    """A whole replay."""
+
+    name: str
+    """The trajectory."""
+    calls: list[CallResult] = field(default_factory=list)
+    """Every call, in order."""
+    references: set[str] = field(default_factory=set)
+    """Every reference any view showed."""
 
     @property
     def compactions(self) -> dict[str, int]:

@@ -37,7 +37,7 @@ from genai_prices import calc_price
 from contextkeep.errors import ContextKeepError
 from contextkeep.messages import Message, message_from_dict
 from contextkeep.offload.workspace import Workspace
-from contextkeep.replay.engine import ReplayResult, references_in
+from contextkeep.replay.engine import CallResult, CallTotals, ReplayResult, references_in
 from contextkeep.replay.trajectories import Trajectory
 from contextkeep.tokens import TokenCounter
 from contextkeep.view import View
@@ -188,21 +188,9 @@ class RetentionProbe:
 
 
 @dataclass(frozen=True, slots=True)
-class CallMetrics:
-    """Everything measured at one call."""
+class CallMetrics(CallResult):
+    """Everything measured at one call (the engine's figures, then these)."""
 
-    index: int
-    """Transcript index of the reply the call produced."""
-    view_tokens: int
-    """Prompt tokens of the view."""
-    raw_tokens: int
-    """Prompt tokens without compaction."""
-    layers: tuple[str, ...]
-    """Layers that ran before the call."""
-    over_budget: bool
-    """The view exceeded the effective budget."""
-    violations: int
-    """Pairing violations in the view."""
     shared_tokens: int
     """View tokens identical, from the start, to the previous view."""
     cached_tokens: int
@@ -235,7 +223,7 @@ def _ratio(part: float, whole: float) -> float | None:
 
 
 @dataclass(slots=True)
-class TrajectoryMetrics:
+class TrajectoryMetrics(CallTotals):
     """Per-trajectory figures: sums, maxima and ratios over :class:`CallMetrics`."""
 
     name: str
@@ -248,11 +236,6 @@ class TrajectoryMetrics:
     """USD of the provider's recorded prompt usage (with its cache hits), when every call has it."""
 
     @property
-    def peak_view_tokens(self) -> int:
-        """Largest view."""
-        return max((c.view_tokens for c in self.calls), default=0)
-
-    @property
     def cumulative_view_tokens(self) -> int:
         """Sum of the views' tokens."""
         return sum(c.view_tokens for c in self.calls)
@@ -261,16 +244,6 @@ class TrajectoryMetrics:
     def cumulative_raw_tokens(self) -> int:
         """Sum of the raw prompts' tokens."""
         return sum(c.raw_tokens for c in self.calls)
-
-    @property
-    def over_budget_calls(self) -> int:
-        """Calls whose view exceeded the budget."""
-        return sum(c.over_budget for c in self.calls)
-
-    @property
-    def invariant_violations(self) -> int:
-        """Views with an orphan call or result."""
-        return sum(c.violations for c in self.calls)
 
     @property
     def probes(self) -> list[RetentionProbe]:
