@@ -63,22 +63,16 @@ def _tiktoken_encoding(name: str) -> object:
 class TiktokenEncoder:
     """An OpenAI BPE encoding through tiktoken."""
 
+    exact = True
+
     def __init__(self, encoding: str = "o200k_base") -> None:
         self._enc = _tiktoken_encoding(encoding)
-        self._name = f"tiktoken:{encoding}"
+        self.name = f"tiktoken:{encoding}"
 
     @classmethod
     def for_model(cls, model: str) -> TiktokenEncoder:
         """The encoding an OpenAI model family uses."""
         return cls(encoding_for_model(model))
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def exact(self) -> bool:
-        return True
 
     def count(self, text: str) -> int:
         return len(self._enc.encode(text, allowed_special="all", disallowed_special=()))  # type: ignore[attr-defined]
@@ -87,6 +81,8 @@ class TiktokenEncoder:
 class HFEncoder:
     """A Hugging Face `tokenizers` tokenizer loaded from a `tokenizer.json` file."""
 
+    exact = True
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         from tokenizers import Tokenizer
 
@@ -94,15 +90,7 @@ class HFEncoder:
             self._tok = Tokenizer.from_file(os.fspath(path))
         except Exception as exc:
             raise TokenizerError(f"cannot load tokenizer.json from {os.fspath(path)!r}: {exc}") from exc
-        self._name = f"hf:{os.path.basename(os.fspath(path))}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def exact(self) -> bool:
-        return True
+        self.name = f"hf:{os.path.basename(os.fspath(path))}"
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
@@ -115,18 +103,12 @@ _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\
 class HeuristicEncoder:
     """An estimate: one token per `chars_per_token` characters, CJK characters one token each."""
 
+    exact = False
+
     def __init__(self, chars_per_token: float = 4.0, *, cjk_aware: bool = True) -> None:
         self.chars_per_token = chars_per_token
         self.cjk_aware = cjk_aware
-        self._name = f"heuristic:{chars_per_token:g}{':cjk' if cjk_aware else ''}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def exact(self) -> bool:
-        return False
+        self.name = f"heuristic:{chars_per_token:g}{':cjk' if cjk_aware else ''}"
 
     def count(self, text: str) -> int:
         if not text:
