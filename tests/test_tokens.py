@@ -168,3 +168,20 @@ def test_median_error_figures_are_what_the_cli_reports(deepseek_tokenizer: Path)
     assert report.median_abs_error_pct == pytest.approx(
         statistics.median(abs(c.error_pct) for c in report.calls[3:])
     )
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_front_edits_reuse_the_unchanged_tail_exactly(deepseek_tokenizer: Path, thinking: bool) -> None:
+    path = require_shared("trajectories", "mini-swe-agent", "django__django-11099.traj.json")
+    (trajectory,) = load_trajectories(path)
+    messages = trajectory.messages[:60]
+    encoder = HFEncoder(deepseek_tokenizer)
+    counter = PromptCounter(encoder, DeepSeekFraming(thinking=thinking))
+    masked = [m.with_text("[masked]") if i in (4, 6, 8) else m for i, m in enumerate(messages)]
+    dropped = [*messages[:2], Message("user", "[dropped 4 rounds]"), *messages[10:]]
+    for prompt in (messages, masked, dropped, masked, messages):
+        fresh = PromptCounter(encoder, DeepSeekFraming(thinking=thinking)).count_prompt(
+            prompt, trajectory.tools
+        )
+        assert counter.count_prompt(prompt, trajectory.tools) == fresh
+        assert counter.last_totals()[-1] + counter.count_tools(trajectory.tools) == fresh

@@ -107,13 +107,21 @@ class PromptCounter:
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         has_tools = bool(tools)
+        old = self._last
         reuse = self._reusable_prefix(messages, has_tools)
-        entries = self._last[:reuse] if reuse < len(self._last) else self._last
+        suffix = self._reusable_suffix(messages, reuse, has_tools)
+        entries = old[:reuse] if reuse < len(old) else old
         state = entries[-1].state if entries else FoldState()
         total = entries[-1].total if entries else 0
         last_user = _last_user(messages, reuse, entries[-1].last_user if entries else -1)
         seen_user = entries[-1].last_user if entries else -1
+        end = len(messages) - suffix
         for i in range(reuse, len(messages)):
+            if i == end and state == (old[-suffix - 1].state if len(old) > suffix else FoldState()):
+                # The tail is unchanged and starts from the same framing state: shift its counts.
+                self._shift_tail(entries, old, suffix, total, seen_user, len(messages))
+                total = entries[-1].total
+                break
             m = messages[i]
             context, state = self.framing.step(m, state, has_tools=has_tools)
             in_last_turn = i >= last_user if m.role != "user" else i == last_user
@@ -123,6 +131,28 @@ class PromptCounter:
         self._last = entries
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
+
+    def _reusable_suffix(self, messages: Sequence[Message], reuse: int, has_tools: bool) -> int:
+        """How many trailing messages equal the previous prompt's (a compaction changes the front)."""
+        last = self._last
+        if self.framing.turn_sensitive or has_tools != self._last_has_tools or reuse >= len(last):
+            return 0
+        limit = min(len(last), len(messages)) - reuse
+        k = 0
+        while k < limit and last[-1 - k].key == messages[-1 - k].key:
+            k += 1
+        return k
+
+    @staticmethod
+    def _shift_tail(
+        entries: list[_Entry], old: Sequence[_Entry], suffix: int, total: int, seen_user: int, length: int
+    ) -> None:
+        base = old[-suffix - 1].total if len(old) > suffix else 0
+        offset = length - len(old)  # where the old tail's indices land now
+        first = len(old) - suffix
+        for e in old[first:]:
+            user = e.last_user + offset if e.last_user >= first else seen_user
+            entries.append(_Entry(e.key, e.state, total + e.total - base, user))
 
     def last_totals(self) -> list[int]:
         """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
