@@ -19,8 +19,8 @@ import pytest
 
 from conftest import service_unavailable
 from contextkeep.capabilities import ModelSpec
+from contextkeep.cli.serve import demo_settings
 from contextkeep.config import ContextConfig
-from contextkeep.demo.run import DEMO_CONFIG, DEMO_WINDOW
 from contextkeep.manager import ContextManager
 from contextkeep.models.openai import OpenAIAdapter
 from contextkeep.server import ServerSettings, create_app
@@ -159,17 +159,8 @@ def browser():
 
 def test_indicator_follows_a_live_workload(browser, tmp_path):
     store, workspace = f"sqlite:///{tmp_path / 'ck.db'}", tmp_path / "ws"
-    settings = ServerSettings(
-        store=store,
-        workspace=str(workspace),
-        model="contextkeep-demo",
-        window=DEMO_WINDOW,
-        config=DEMO_CONFIG,
-        tokenizer="heuristic",
-        agent_id="demo-auditor",
-        agent_version="1",
-        poll_interval=0.2,
-    )
+    # The dashboard is pointed at the demo exactly as `contextkeep serve --demo` points it.
+    settings = demo_settings(ServerSettings(store=store, workspace=str(workspace), poll_interval=0.2))
     artifacts = Path(os.environ.get("CONTEXTKEEP_ARTIFACTS", tmp_path))
     artifacts.mkdir(parents=True, exist_ok=True)
     with BackgroundServer(create_app(settings)) as server:

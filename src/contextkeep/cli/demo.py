@@ -41,9 +41,9 @@ def demo(
     delay: float,
 ) -> None:
     """Run a long tool-using agent session and show the context window being managed, live."""
-    from contextkeep.demo import run_demo
+    from contextkeep.demo.run import demo_home, run_demo
 
-    home = Path(os.environ.get("CONTEXTKEEP_HOME", ".contextkeep")).resolve()
+    home = demo_home()
     model = model or os.environ.get("OPENAI_MODEL")
     mode = f"model {model}" if model else "the built-in model (a 6,144-token window, so every layer fires)"
     click.echo(f"contextkeep demo: auditing a toy service with {mode}\n")

@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
+from contextkeep.demo.run import DEMO_AGENT, DEMO_CONFIG, DEMO_MODEL, DEMO_WINDOW, demo_home
 from contextkeep.errors import ContextKeepError
+from contextkeep.stores import default_store_url
 
-__all__ = ["serve"]
+if TYPE_CHECKING:
+    from contextkeep.server import ServerSettings
+
+__all__ = ["demo_settings", "serve"]
+
+
+def demo_settings(settings: ServerSettings) -> ServerSettings:
+    """`settings` pointed at what `contextkeep demo` writes: its model, window, config and embedded store."""
+    return replace(
+        settings,
+        store=settings.store or default_store_url(),
+        workspace=settings.workspace or str(demo_home() / "workspace"),
+        model=DEMO_MODEL,
+        window=DEMO_WINDOW,
+        config=DEMO_CONFIG,
+        tokenizer="heuristic",
+        agent_id=DEMO_AGENT,
+        agent_version="1",
+    )
 
 
 @click.command()
@@ -25,6 +47,13 @@ __all__ = ["serve"]
 )
 @click.option("--model", default="default", show_default=True, help="Model key the context is budgeted for.")
 @click.option("--window", default=None, type=click.IntRange(1), help="Context window (default: upstream).")
+@click.option(
+    "--agent-id", default="default", show_default=True, help="Agent id of the usage baselines to show."
+)
+@click.option("--agent-version", default="0", show_default=True, help="Agent version of those baselines.")
+@click.option(
+    "--demo", is_flag=True, help="Watch `contextkeep demo` runs (its model, window, settings and store)."
+)
 def serve(
     host: str,
     port: int,
@@ -34,6 +63,9 @@ def serve(
     token: str | None,
     model: str,
     window: int | None,
+    agent_id: str,
+    agent_version: str,
+    demo: bool,
 ) -> None:
     """Serve the dashboard and API; with --upstream, also a context-managing chat-completions proxy."""
     try:
@@ -53,7 +85,11 @@ def serve(
         token=token,
         model=model,
         window=window,
+        agent_id=agent_id,
+        agent_version=agent_version,
     )
+    if demo:
+        settings = demo_settings(settings)
     try:
         app = create_app(settings)
     except ContextKeepError as exc:

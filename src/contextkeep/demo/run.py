@@ -24,6 +24,10 @@ from contextkeep.tokens import counter_for_model
 
 __all__ = ["DemoResult", "run_demo"]
 
+DEMO_MODEL = "contextkeep-demo"
+"""Model key of the built-in model."""
+DEMO_AGENT = "demo-auditor"
+"""Agent id of the demo (with the model, it scopes the usage baselines a dashboard shows)."""
 DEMO_WINDOW = 6_144
 """The built-in model's context window: small, so that every layer fires in under a minute."""
 DEMO_CONFIG = ContextConfig(
@@ -42,6 +46,11 @@ DEMO_CONFIG = ContextConfig(
 )
 """Demo settings: the indicator warns from 60 %; confirmed usage schedules compression at 66 %."""
 SYSTEM_PROMPT = "You audit small services. Use the tools; keep exact file names, numbers and errors."
+
+
+def demo_home() -> Path:
+    """Where the demo keeps its store, workspace and project: `$CONTEXTKEEP_HOME` or `./.contextkeep`."""
+    return Path(os.environ.get("CONTEXTKEEP_HOME", ".contextkeep")).resolve()
 
 
 @dataclass
@@ -91,7 +100,7 @@ async def run_demo(
         if server is not None:
             server.start()
             adapter = OpenAIAdapter(
-                "contextkeep-demo",
+                DEMO_MODEL,
                 base_url=server.base_url,
                 api_key="demo",
                 context_window=DEMO_WINDOW,
@@ -102,7 +111,7 @@ async def run_demo(
                 str(model), base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"), context_window=window
             )
         agent = Agent(
-            "demo-auditor",
+            DEMO_AGENT,
             adapter,
             system_prompt=SYSTEM_PROMPT,
             tools=project_tools(project),
@@ -126,13 +135,13 @@ async def run_demo(
 
 def _builtin_model() -> FakeLLMServer:
     """The scripted agent model on loopback; it counts with the same offline estimate as the client."""
-    counter = counter_for_model("contextkeep-demo", "heuristic")
+    counter = counter_for_model(DEMO_MODEL, "heuristic")
 
     def count(body: Mapping[str, Any]) -> int:
         return counter.count_prompt(from_openai(body.get("messages", [])), body.get("tools"))
 
     return FakeLLMServer(
-        model="contextkeep-demo",
+        model=DEMO_MODEL,
         context_window=DEMO_WINDOW,
         responder=respond,
         counter=count,
