@@ -202,3 +202,16 @@ def test_react_text_parses_into_calls_and_results() -> None:
     assert to_react(ms) == text
     with pytest.raises(MessageFormatError, match="one action"):
         to_react([Message("assistant", "", tool_calls=(ToolCall("a", "x", ""), ToolCall("b", "y", "")))])
+
+
+def test_view_conversion_is_cached_but_each_call_gets_its_own_dicts() -> None:
+    m = Message("assistant", "done", tool_calls=(ToolCall("c1", "ls", "{}"),))
+    first = to_openai([m])[0]
+    first["content"] = "changed by the caller"
+    first["extra_field"] = 1
+    second = to_openai([m])[0]
+    assert second == {
+        "role": "assistant",
+        "content": "done",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+    }

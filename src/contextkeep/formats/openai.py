@@ -34,8 +34,31 @@ def from_openai(data: Iterable[Mapping[str, Any]]) -> list[Message]:
 
 
 def to_openai(messages: Iterable[Message], *, lossless: bool = False) -> list[dict[str, Any]]:
-    """Convert messages to OpenAI chat dicts; `lossless` also restores provider extras."""
-    return [_message_to_openai(m, lossless) for m in messages]
+    """Convert messages to OpenAI chat dicts; `lossless` also restores provider extras.
+
+    Views are converted before every model call, so text messages are converted once and
+    cached by content: each call gets fresh top-level dicts whose nested values (tool calls)
+    are shared and must not be mutated.
+    """
+    if lossless:
+        return [_message_to_openai(m, True) for m in messages]
+    return [_cached_view_message(m) for m in messages]
+
+
+_VIEW_CACHE: dict[str, dict[str, Any]] = {}
+_VIEW_CACHE_SIZE = 65_536
+
+
+def _cached_view_message(m: Message) -> dict[str, Any]:
+    # Parts carry provider extras the content key does not cover: convert those every time.
+    if m.content is not None and not isinstance(m.content, str):
+        return _message_to_openai(m, False)
+    cached = _VIEW_CACHE.get(m.key)
+    if cached is None:
+        if len(_VIEW_CACHE) >= _VIEW_CACHE_SIZE:
+            _VIEW_CACHE.clear()
+        cached = _VIEW_CACHE[m.key] = _message_to_openai(m, False)
+    return dict(cached)
 
 
 def _message_from_openai(d: Mapping[str, Any], index: int) -> Message:
