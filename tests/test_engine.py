@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from inline_snapshot import snapshot
 
+from contextkeep.capabilities import ModelSpec
 from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
-from contextkeep.events import Event
+from contextkeep.events import CompressionCompleted, Event
+from contextkeep.manager import ContextManager
 from contextkeep.rounds import split_rounds
+from contextkeep.summarizers import SummaryRequest, SummaryResult
 from helpers import assert_references_readable, call, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
@@ -137,6 +141,34 @@ async def test_compress_is_a_noop_below_the_trigger_and_honours_overrides(tmp_pa
         assert outcome is not None and outcome.changed
         assert s.state.records and s.state.records[-1].reason == "MANUAL"
         assert s.config.warning_threshold == 0.70  # the override was for that call only
+
+
+async def test_a_completed_compaction_reports_where_its_time_went(tmp_path: Path) -> None:
+    class SlowSummarizer:
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            await asyncio.sleep(0.2)
+            return SummaryResult("what happened so far")
+
+    cm = ContextManager(
+        ModelSpec("test-model", 20_000),
+        workspace=tmp_path / "ws",
+        tokenizer="heuristic",
+        summarizer=SlowSummarizer(),
+    )
+    completed: list[Event] = []
+    cm.events.subscribe(completed.append, "context.compression.completed")
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(30)])
+        outcome = await s.compress(
+            warning_threshold=0.005, error_threshold=0.01, target_ratio=0.004, min_keep_tokens=0
+        )
+    assert outcome is not None and [x.compact_layer for x in outcome.statuses] == ["L1", "L2", "L3"]
+    (event,) = completed
+    assert isinstance(event, CompressionCompleted)
+    assert event.summary_ms >= 200  # the summariser's wait, kept out of the layers' own time
+    assert 0 < event.layers_ms < event.summary_ms
+    assert event.offload_ms > 0  # dropped and summarised rounds were written before the state
+    assert event.layers_ms == pytest.approx(outcome.seconds * 1e3)
 
 
 async def test_recover_compacts_by_at_least_the_reported_gap(tmp_path: Path) -> None:

@@ -100,6 +100,36 @@ def test_messages_are_encoded_once() -> None:
     assert len(calls) == len(history) + 1  # each message once, plus the fixed part once
 
 
+def test_a_stand_in_is_counted_with_its_message_so_swapping_it_in_encodes_nothing() -> None:
+    calls: list[str] = []
+
+    class Recording(HeuristicEncoder):
+        def count(self, text: str) -> int:
+            calls.append(text)
+            return super().count(text)
+
+    counter = PromptCounter(Recording(), DeepSeekFraming())
+    previews = {}
+
+    def stand_in(m: Message) -> Message | None:
+        if m.role != "tool":
+            return None
+        return previews.setdefault(m.key, m.with_text(m.text[:10] + " [masked]"))
+
+    counter.stand_in = stand_in
+    history = [Message("system", "s"), Message("user", "u")]
+    for i in range(6):
+        history.append(Message("assistant", f"step {i}", tool_calls=(ToolCall(f"c{i}", "bash", "{}"),)))
+        history.append(Message("tool", f"output {i} " * 50, tool_call_id=f"c{i}"))
+        counter.count_prompt(history)
+    masked = [previews.get(m.key, m) for m in history[:-4]] + history[-4:]
+    encoded = len(calls)
+    assert counter.count_prompt(masked) == PromptCounter(HeuristicEncoder(), DeepSeekFraming()).count_prompt(
+        masked
+    )
+    assert len(calls) == encoded  # every preview was counted in its context when its message was
+
+
 def test_openai_framing_counts_roles_names_calls_and_tools() -> None:
     counter = PromptCounter(TiktokenEncoder("o200k_base"), OpenAIFraming())
     plain = counter.count_prompt([Message("user", "hello world")])

@@ -45,6 +45,30 @@ async def test_context_appends_never_duplicate_a_message(workspace: Workspace) -
     assert [json.loads(line)["id"] for line in whole.splitlines()] == ["m1", "m2", "m3"]
 
 
+async def test_overlapping_spans_of_one_pass_are_written_once_and_in_order(workspace: Workspace) -> None:
+    await workspace.offload_context("c", [*msgs("m1", "m2", "m3"), *msgs("m1", "m2", "m3", "m4")])
+    whole = await workspace.read("sessions/c/context.jsonl")
+    assert [json.loads(line)["id"] for line in whole.splitlines()] == ["m1", "m2", "m3", "m4"]
+
+
+async def test_a_failed_append_is_written_by_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = LocalWorkspace(tmp_path)
+    real = workspace._append
+
+    def full_disk(path: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workspace, "_append", full_disk)
+    with pytest.raises(OSError):
+        await workspace.offload_context("c", msgs("m1", "m2"))
+    monkeypatch.setattr(workspace, "_append", real)
+    await workspace.offload_context("c", msgs("m1", "m2"))  # the compaction is retried
+    lines = (tmp_path / "sessions/c/context.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["m1", "m2"]
+
+
 async def test_a_restarted_workspace_still_does_not_duplicate(tmp_path: Path) -> None:
     await LocalWorkspace(tmp_path).offload_context("c", msgs("m1", "m2"))
     await LocalWorkspace(tmp_path).offload_context("c", msgs("m2", "m3"))

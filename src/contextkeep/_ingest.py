@@ -14,7 +14,7 @@ from contextkeep.compaction.builder import REF_KEY
 from contextkeep.config import ContextConfig
 from contextkeep.events import ContextOffloaded, Event, ToolResultTruncated
 from contextkeep.formats.openai import from_openai
-from contextkeep.messages import ContentPart, ImagePart, Message, TextPart
+from contextkeep.messages import ContentPart, ImagePart, Message, TextPart, message_json
 from contextkeep.models.adapter import ModelReply
 from contextkeep.offload.workspace import Workspace
 from contextkeep.tokens import TokenCounter
@@ -79,7 +79,9 @@ class Ingest:
             ref = await self.workspace.offload_tool_result(self.conversation_id, name, m.text)
             m = m.with_metadata(**{REF_KEY: ref})
             self.emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
-            tokens = self.counter.count_text(m.text)
+            # A token is at least one byte: only a result with more bytes than the limit can exceed it.
+            over = len(m.text.encode()) > self.config.tool_result_limit
+            tokens = self.counter.count_text(m.text) if over else 0
             if tokens > self.config.tool_result_limit:
                 kept = self.counter.count_text(self.derive(m).text)
                 self.emit(
@@ -95,6 +97,7 @@ class Ingest:
             m = Message(
                 m.role, parts, m.tool_calls, m.tool_call_id, m.name, m.reasoning, m.id, m.metadata, m.extra
             )
+        message_json(m)  # serialised once, as it arrives: the store and any later offload reuse it
         return m
 
     async def _part(self, part: ContentPart) -> ContentPart:

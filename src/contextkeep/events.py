@@ -195,6 +195,13 @@ class CompressionCompleted(_CompressionEvent):
     """View tokens after."""
     references: tuple[str, ...] = ()
     """Offload references of what left the view."""
+    layers_ms: float = 0.0
+    """Time the layers took to decide and rebuild the view (counting included), without waiting
+    for the summariser or for I/O."""
+    summary_ms: float = 0.0
+    """Time spent waiting for the summariser."""
+    offload_ms: float = 0.0
+    """Time spent writing what left the view to the workspace (durably, before the state is saved)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "message_from_dict",
+    "message_json",
     "message_to_dict",
 ]
 
@@ -107,6 +108,8 @@ class Message:
     """Provider fields kept verbatim for lossless conversion back; never sent in a view."""
     key: str = field(init=False, repr=False, compare=False)
     """Content hash (role, content, calls, call id, name, reasoning): the token-count cache key."""
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    """:func:`message_json`, once computed (a message is stored, then offloaded: serialised once)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", _content_key(self))
@@ -186,6 +189,15 @@ def message_to_dict(m: Message) -> dict[str, Any]:
     if m.extra:
         out["extra"] = dict(m.extra)
     return out
+
+
+def message_json(m: Message) -> str:
+    """`message_to_dict` as compact JSON (one line), computed once per message object."""
+    if m._json is None:
+        text = json.dumps(message_to_dict(m), ensure_ascii=False, separators=(",", ":"))
+        object.__setattr__(m, "_json", text)
+        return text
+    return m._json
 
 
 def message_from_dict(d: Mapping[str, Any]) -> Message:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -88,6 +89,7 @@ class Session:
         self._tracker = RoundTracker()
         self._state = CompactionState()
         self._builder = ViewBuilder(self.config, self.counter, manager.hooks)
+        self.counter.stand_in = self._builder.masked_shadow
         self._compactor = Compactor(
             self.config,
             self.counter,
@@ -315,9 +317,15 @@ class Session:
             )
             for failure in outcome.failures:
                 await self._aemit(failure)
-            for span in outcome.offloads:
-                ref = await self.manager.workspace.offload_context(self.conversation_id, span)
-                await self._aemit(ContextOffloaded(reference=ref, kind="context", messages=len(span)))
+            offload_started = time.perf_counter()
+            if outcome.offloads:  # one durable append for the whole pass
+                workspace = self.manager.workspace
+                removed = [m for span in outcome.offloads for m in span]
+                await workspace.offload_context(self.conversation_id, removed)
+                for span in outcome.offloads:
+                    ref = workspace.context_ref(self.conversation_id, span)
+                    await self._aemit(ContextOffloaded(reference=ref, kind="context", messages=len(span)))
+            offload_seconds = time.perf_counter() - offload_started
             new = outcome.state.evolve(compression_required=False, compression_reason="")
             if new == before:
                 return outcome
@@ -337,6 +345,9 @@ class Session:
                         references=tuple(
                             r for rec in new.records[len(before.records) :] for r in rec.references
                         ),
+                        layers_ms=outcome.seconds * 1e3,
+                        summary_ms=outcome.summary_seconds * 1e3,
+                        offload_ms=offload_seconds * 1e3,
                     )
                 )
                 outcome.state = self._state

@@ -11,7 +11,7 @@ proportional to what was appended since call N-1.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from contextkeep.compaction.ingest import truncate_tool_result
 from contextkeep.compaction.render import (
@@ -58,13 +58,6 @@ def first_droppable(rounds: Sequence[Round], pin_first_user: bool) -> int:
     return start
 
 
-@dataclass(frozen=True, slots=True)
-class _BodyKey:
-    cut: int
-    mask_boundary: int
-    image_boundary: int
-
-
 class ViewBuilder:
     """Builds views for one conversation, caching derived messages between calls."""
 
@@ -77,9 +70,20 @@ class ViewBuilder:
         self.config = config
         self.counter = counter
         self.hooks = tuple(hooks)
-        self._key: _BodyKey | None = None
-        self._body: list[Message] = []
+        # Every transcript message from `_base` on, as the boundaries `_marks` say to show it.
+        self._base = 0
+        self._marks = (0, 0)
+        self._shown: list[Message] = []
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
+        self._sources: dict[str, Message] = {}
+        self._derived_for = _derivation(config)
+
+    def _forget_if_reconfigured(self) -> None:
+        """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
+        if _derivation(self.config) != self._derived_for:
+            self._derived_for, self._shown = _derivation(self.config), []
+            self._derived.clear()
+            self._sources.clear()
 
     def build(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
@@ -91,8 +95,9 @@ class ViewBuilder:
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
     ) -> list[Message]:
         """Preamble, pinned task, summary and dropped-rounds marker."""
+        self._forget_if_reconfigured()
         out: list[Message] = []
-        preamble_end = rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
+        preamble_end = _preamble_end(rounds)
         for i in range(preamble_end):
             m = transcript[i]
             if i == 0:
@@ -129,39 +134,77 @@ class ViewBuilder:
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
     ) -> list[Message]:
         """Rounds from the cut on, masked and truncated as the state says."""
-        start = max(state.cut, first_droppable(rounds, self.config.pin_first_user))
-        if state.cut == 0:
-            start = rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
-        key = _BodyKey(start, state.mask_boundary, state.image_boundary)
-        if key != self._key:
-            self._key, self._body = key, []
-        for i in range(start + len(self._body), len(transcript)):
-            self._body.append(self._derive(transcript[i], i, state))
-        return self._body[: len(transcript) - start]
+        self._forget_if_reconfigured()
+        base = _preamble_end(rounds)
+        start = max(state.cut, first_droppable(rounds, self.config.pin_first_user)) if state.cut else base
+        marks = (state.mask_boundary, max(state.mask_boundary, state.image_boundary))
+        shown = self._shown
+        if base != self._base or len(shown) > len(transcript) - base:
+            self._base, shown = base, []  # a different conversation shape: start over
+        elif marks != self._marks:
+            # Only messages between the old and the new boundaries change how they show.
+            low = max(min(*marks, *self._marks) - base, 0)
+            high = min(max(*marks, *self._marks) - base, len(shown))
+            for j in range(low, high):
+                shown[j] = self._derive(transcript[base + j], base + j, state)
+        self._marks = marks
+        for i in range(base + len(shown), len(transcript)):
+            shown.append(self._derive(transcript[i], i, state))
+        self._shown = shown
+        return shown[start - base :]
+
+    def masked_shadow(self, shown: Message) -> Message | None:
+        """The masked form of a tool output the view shows verbatim now (None for anything else).
+
+        A token counter counts it beside the message, in the same framing context, so the
+        compaction pass that masks the message finds its count cached.
+        """
+        source = self._sources.get(shown.key)
+        return None if source is None else self._derive(source, 0, _MASK_ALL)
 
     def _derive(self, m: Message, index: int, state: CompactionState) -> Message:
         """A transcript message as the view shows it (cached: a compaction pass re-derives many)."""
-        masked = index < state.mask_boundary
+        # Normalised flags: a message that masking cannot shorten shares one cache entry.
+        masked = index < state.mask_boundary and self._maskable(m)
         media = bool(m.media) and index < max(state.mask_boundary, state.image_boundary)
         key = (m.key, m.metadata.get(REF_KEY), masked, media)
         cached = self._derived.get(key)
         if cached is None:
             if len(self._derived) > 16_384:
                 self._derived.clear()
+                self._sources.clear()
             cached = self._derived[key] = self._transform(m, masked, media)
+            if not masked and self._maskable(m):
+                self._sources[cached.key] = m
         return cached if cached.id == m.id else replace(cached, id=m.id)
+
+    def _maskable(self, m: Message) -> bool:
+        return m.role == "tool" and len(m.text) > self.config.truncated_observation_max_chars
 
     def _transform(self, m: Message, masked: bool, media: bool) -> Message:
         if m.role == "tool":
             reference = m.metadata.get(REF_KEY)
             text = m.text
-            if masked and len(text) > self.config.truncated_observation_max_chars:
+            if masked:
                 ref = reference or "(not offloaded)"
-                return m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
-            truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
-            if truncated is not None:
-                return m.with_text(truncated)
-        return _without_media(m) if media else m
+                m = m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
+            else:
+                truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
+                if truncated is not None:
+                    m = m.with_text(truncated)
+        return _without_media(m) if media and not isinstance(m.content, str) else m
+
+
+_MASK_ALL = CompactionState(mask_boundary=1 << 62)
+"""A state under which every maskable message is masked (derivation ignores the index otherwise)."""
+
+
+def _derivation(config: ContextConfig) -> tuple[int, int]:
+    return config.truncated_observation_max_chars, config.tool_result_limit
+
+
+def _preamble_end(rounds: Sequence[Round]) -> int:
+    return rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
 
 
 def _without_media(m: Message) -> Message:

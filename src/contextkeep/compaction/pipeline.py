@@ -9,6 +9,7 @@ returned as offload work that the session performs *before* saving the state.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from contextkeep.errors import SummaryError
 from contextkeep.events import CompressionFailed, ContextStatus
 from contextkeep.messages import Message
 from contextkeep.rounds import Round
-from contextkeep.summarizers.base import Summarizer, SummaryRequest
+from contextkeep.summarizers.base import Summarizer, SummaryRequest, SummaryResult
 from contextkeep.tokens import TokenCounter
 
 __all__ = ["Compactor", "Outcome"]
@@ -48,6 +49,10 @@ class Outcome:
     """Message spans to offload before the state is saved."""
     failures: list[CompressionFailed] = field(default_factory=list)
     """Summary failures met on the way."""
+    seconds: float = 0.0
+    """Time the pass took, summariser calls excluded."""
+    summary_seconds: float = 0.0
+    """Time spent waiting for the summariser."""
 
     @property
     def changed(self) -> bool:
@@ -105,11 +110,18 @@ class Compactor:
         still exceeds the effective budget at the end, layer 4 makes it fit. `measured` is the
         view and tokens of `state`, when the caller has them already.
         """
+        started = time.perf_counter()
         view, tokens = measured or self.measure(transcript, rounds, state, tools)
         p = _Pass(transcript, rounds, budget, tools, reason, Outcome(state, view, tokens))
+        await self._layers(p, target, force_summary=force_summary, reactive=reactive)
+        p.out.seconds = time.perf_counter() - started - p.out.summary_seconds
+        return p.out
+
+    async def _layers(self, p: _Pass, target: int, *, force_summary: bool, reactive: bool) -> None:
         if reactive:
             self._reactive(p, target)
-            return p.out
+            return
+        state, budget = p.out.state, p.budget
         if state.minimal:
             self._apply(p, "L2", state.evolve(minimal=False))
         error_tokens = budget.tokens_at(self.config.error_threshold)
@@ -122,7 +134,7 @@ class Compactor:
                 config = self.config
                 age, keep = config.max_observation_age_rounds, config.min_keep_recent_rounds
                 new = mask(
-                    rounds, transcript, p.out.state, age=age, keep=keep, max_images=config.max_image_num
+                    p.rounds, p.transcript, p.out.state, age=age, keep=keep, max_images=config.max_image_num
                 )
                 self._apply(p, "L1", new)
             elif layer == "L2":
@@ -132,7 +144,6 @@ class Compactor:
         effective = budget.effective
         if effective is not None and p.out.tokens > effective:
             self._reactive(p, effective)
-        return p.out
 
     def _reactive(self, p: _Pass, target: int) -> None:
         keep = min(2, self.config.min_keep_recent_rounds)
@@ -262,7 +273,7 @@ class Compactor:
         summarizer = self.summarizer if self.summarizer is not None else self.fallback
         assert summarizer is not None
         try:
-            result = await summarizer.summarize(request)
+            result = await self._timed_summary(p, summarizer, request)
             if not result.text.strip():
                 raise SummaryError("the summariser returned an empty summary")
             failures = 0
@@ -289,12 +300,20 @@ class Compactor:
                 or summarizer is self.fallback
             ):
                 return
-            result = await self.fallback.summarize(request)
+            result = await self._timed_summary(p, self.fallback, request)
         reference = self.reference(p.transcript[first:cursor])
         summary = Summary(result.text, cursor, result.data, result.method, reference)
         out.offloads.append(covered)
         new = out.state.evolve(summary=summary, failures=failures)
         self._apply(p, "L3", new, (start, cursor), (self.reference(covered),))
+
+    @staticmethod
+    async def _timed_summary(p: _Pass, summarizer: Summarizer, request: SummaryRequest) -> SummaryResult:
+        started = time.perf_counter()
+        try:
+            return await summarizer.summarize(request)
+        finally:
+            p.out.summary_seconds += time.perf_counter() - started
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from contextkeep.errors import WorkspaceError
-from contextkeep.messages import Message, message_to_dict
+from contextkeep.messages import Message, message_json
 from contextkeep.offload._paths import safe_relative, safe_segment
 
 __all__ = ["LocalWorkspace", "Offloader", "Workspace"]
@@ -100,11 +100,20 @@ class Workspace(ABC):
         path = f"{self.session_dir(session_id)}/context.jsonl"
         async with self._lock:
             known = await self._ids_in(session_id, path)
-            fresh = [m for m in messages if not m.id or m.id not in known]
+            fresh: list[Message] = []
+            for m in messages:  # spans of one pass may overlap: each message once
+                if m.id and m.id in known:
+                    continue
+                fresh.append(m)
+                if m.id:
+                    known.add(m.id)
             if fresh:
-                lines = "".join(json.dumps(message_to_dict(m), ensure_ascii=False) + "\n" for m in fresh)
-                await asyncio.to_thread(self._append, path, lines.encode())
-                known.update(m.id for m in fresh if m.id)
+                lines = "".join(message_json(m) + "\n" for m in fresh)
+                try:
+                    await asyncio.to_thread(self._append, path, lines.encode())
+                except BaseException:
+                    known.difference_update(m.id for m in fresh if m.id)  # not written: offer them again
+                    raise
         return self.context_ref(session_id, messages)
 
     async def offload_tool_result(self, session_id: str, tool_call_id: str, content: str) -> str:

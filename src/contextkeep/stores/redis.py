@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from contextkeep.errors import ConfigError, SchemaVersionError, StoreError
-from contextkeep.messages import Message, message_from_dict, message_to_dict
+from contextkeep.messages import Message, message_from_dict, message_json
 from contextkeep.stores.base import Document
 
 __all__ = ["DEFAULT_KEY_PREFIX", "SCHEMA_VERSION", "RedisStore"]
@@ -135,7 +135,7 @@ class RedisStore:
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
         """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
-        bodies = [_dumps(message_to_dict(m)) for m in messages]
+        bodies = [message_json(m) for m in messages]
         async with self._errors("append"):
             if expected_length == 0 and bodies:
                 await self._client.sadd(self._conversations_key, conversation_id)

@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 from contextkeep.errors import ConfigError, StoreError
-from contextkeep.messages import Message, message_from_dict, message_to_dict
+from contextkeep.messages import Message, message_from_dict, message_json
 from contextkeep.stores._sql_schema import ID_LENGTH, KIND_LENGTH, make_tables, run_migrations
 from contextkeep.stores.base import Document
 
@@ -193,8 +193,8 @@ class SQLStore:
             return False
         table = self._tables.messages
         rows = [
-            {"conversation_id": conversation_id, "position": expected_length + i, "body": _dumps(body)}
-            for i, body in enumerate(map(message_to_dict, messages))
+            {"conversation_id": conversation_id, "position": expected_length + i, "body": message_json(m)}
+            for i, m in enumerate(messages)
         ]
 
         def at(position: int) -> sa.Select[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -73,6 +73,9 @@ class PromptCounter:
     def __init__(self, encoder: Encoder, framing: Framing, *, cache_size: int = 65_536) -> None:
         self.encoder = encoder
         self.framing = framing
+        self.stand_in: Callable[[Message], Message | None] | None = None
+        """What a later view may show in place of a message (its masked preview): counted with it,
+        in the same framing context, so a compaction pass finds the count cached."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
         self._cache_size = cache_size
         self._last: list[_Entry] = []
@@ -107,68 +110,46 @@ class PromptCounter:
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         has_tools = bool(tools)
-        old = self._last
-        reuse = self._reusable_prefix(messages, has_tools)
-        suffix = self._reusable_suffix(messages, reuse, has_tools)
+        old = self._last if has_tools == self._last_has_tools else []
+        reuse = self._reusable_prefix(messages, old)
         entries = old[:reuse] if reuse < len(old) else old
         state = entries[-1].state if entries else FoldState()
         total = entries[-1].total if entries else 0
         last_user = _last_user(messages, reuse, entries[-1].last_user if entries else -1)
         seen_user = entries[-1].last_user if entries else -1
-        end = len(messages) - suffix
+        # Past the common prefix, line the previous prompt up with this one by their ends: a
+        # compaction changes the front and the middle, the newest messages stay where they were.
+        shift = len(old) - len(messages)
+        aligned = not self.framing.turn_sensitive
         for i in range(reuse, len(messages)):
-            if i == end and state == (old[-suffix - 1].state if len(old) > suffix else FoldState()):
-                # The tail is unchanged and starts from the same framing state: shift its counts.
-                self._shift_tail(entries, old, suffix, total, seen_user, len(messages))
-                total = entries[-1].total
-                break
             m = messages[i]
-            context, state = self.framing.step(m, state, has_tools=has_tools)
-            in_last_turn = i >= last_user if m.role != "user" else i == last_user
-            total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
+            j = i + shift
+            if aligned and 0 <= j < len(old) and old[j].key == m.key and state == _state_before(old, j):
+                # The same message in the same framing state: the same count, no render, no lookup.
+                state = old[j].state
+                total += old[j].total - (old[j - 1].total if j else 0)
+            else:
+                context, state = self.framing.step(m, state, has_tools=has_tools)
+                in_last_turn = i >= last_user if m.role != "user" else i == last_user
+                total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
             seen_user = i if m.role == "user" else seen_user
             entries.append(_Entry(m.key, state, total, seen_user))
         self._last = entries
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
-    def _reusable_suffix(self, messages: Sequence[Message], reuse: int, has_tools: bool) -> int:
-        """How many trailing messages equal the previous prompt's (a compaction changes the front)."""
-        last = self._last
-        if self.framing.turn_sensitive or has_tools != self._last_has_tools or reuse >= len(last):
-            return 0
-        limit = min(len(last), len(messages)) - reuse
-        k = 0
-        while k < limit and last[-1 - k].key == messages[-1 - k].key:
-            k += 1
-        return k
-
-    @staticmethod
-    def _shift_tail(
-        entries: list[_Entry], old: Sequence[_Entry], suffix: int, total: int, seen_user: int, length: int
-    ) -> None:
-        base = old[-suffix - 1].total if len(old) > suffix else 0
-        offset = length - len(old)  # where the old tail's indices land now
-        first = len(old) - suffix
-        for e in old[first:]:
-            user = e.last_user + offset if e.last_user >= first else seen_user
-            entries.append(_Entry(e.key, e.state, total + e.total - base, user))
-
     def last_totals(self) -> list[int]:
         """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
         return [e.total for e in self._last]
 
-    def _reusable_prefix(self, messages: Sequence[Message], has_tools: bool) -> int:
-        last = self._last
-        if has_tools != self._last_has_tools:
-            return 0
-        n = min(len(last), len(messages))
+    def _reusable_prefix(self, messages: Sequence[Message], old: Sequence[_Entry]) -> int:
+        n = min(len(old), len(messages))
         i = 0
-        while i < n and last[i].key == messages[i].key:
+        while i < n and old[i].key == messages[i].key:
             i += 1
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
             # A new user message changes how the previous turn renders: recount from its start.
-            i = min(i, max(last[i - 1].last_user, 0) if i else 0)
+            i = min(i, max(old[i - 1].last_user, 0) if i else 0)
         return i
 
     def _store(self, key: tuple[str, Hashable, bool], n: int) -> None:
@@ -184,7 +165,14 @@ class PromptCounter:
         text, extra = self.framing.render(message, context, in_last_turn=in_last_turn)
         n = self.encoder.count(text) + extra
         self._store(key, n)
+        other = self.stand_in(message) if self.stand_in is not None else None
+        if other is not None and other.key != message.key:
+            self._message(other, context, in_last_turn)
         return n
+
+
+def _state_before(entries: Sequence[_Entry], j: int) -> FoldState:
+    return entries[j - 1].state if j else FoldState()
 
 
 def _last_user(messages: Sequence[Message], start: int, before: int) -> int:

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from contextkeep.messages import Message
 
@@ -37,9 +36,8 @@ __all__ = [
 Tools = Sequence[Mapping[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class FoldState:
-    """What a framing remembers while walking the messages."""
+class FoldState(NamedTuple):
+    """What a framing remembers while walking the messages (a tuple: it is made and compared per message)."""
 
     prev_role: str | None = None
     """Role of the previous message."""
@@ -237,8 +235,7 @@ Here are the functions available in JSONSchema format:
 """  # noqa: E501
 
 
-@dataclass(frozen=True, slots=True)
-class _DeepSeekContext:
+class _DeepSeekContext(NamedTuple):
     has_tools: bool
     first_result: bool
     last_result: bool
