@@ -146,7 +146,9 @@ class ViewBuilder:
             low = max(min(*marks, *self._marks) - base, 0)
             high = min(max(*marks, *self._marks) - base, len(shown))
             for j in range(low, high):
-                shown[j] = self._derive(transcript[base + j], base + j, state)
+                m = transcript[base + j]
+                if m.role == "tool" or not (m.content is None or isinstance(m.content, str)):
+                    shown[j] = self._derive(m, base + j, state)  # nothing else depends on the boundaries
         self._marks = marks
         for i in range(base + len(shown), len(transcript)):
             shown.append(self._derive(transcript[i], i, state))

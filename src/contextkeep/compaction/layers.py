@@ -62,7 +62,10 @@ def _image_boundary(transcript: Sequence[Message], max_images: int, limit: int) 
     """Smallest index such that at most `max_images` images lie at or after it (capped at `limit`)."""
     seen = 0
     for i in range(len(transcript) - 1, -1, -1):
-        seen += sum(1 for _ in transcript[i].media)
+        content = transcript[i].content
+        if content is None or isinstance(content, str):
+            continue  # plain text: no media (the common case, skipped without building parts)
+        seen += len(transcript[i].media)
         if seen > max_images:
             return min(i + 1, limit)
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from contextkeep.messages import Message
@@ -60,11 +60,19 @@ class TokenCounter(Protocol):
 
 
 @dataclass(slots=True)
-class _Entry:
-    key: str
-    state: FoldState
-    total: int
-    last_user: int
+class _Prompt:
+    """The last prompt counted, one entry per message (parallel lists: runs are copied in bulk)."""
+
+    keys: list[str] = field(default_factory=list)
+    states: list[FoldState] = field(default_factory=list)
+    """Framing state after each message."""
+    totals: list[int] = field(default_factory=list)
+    """Tokens of messages 0..i."""
+    users: list[int] = field(default_factory=list)
+    """Index of the last user message at or before i (-1 if none)."""
+
+    def head(self, n: int) -> _Prompt:
+        return _Prompt(self.keys[:n], self.states[:n], self.totals[:n], self.users[:n])
 
 
 class PromptCounter:
@@ -78,7 +86,7 @@ class PromptCounter:
         in the same framing context, so a compaction pass finds the count cached."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
         self._cache_size = cache_size
-        self._last: list[_Entry] = []
+        self._last = _Prompt()
         self._last_has_tools = False
         self._tools_ref: tuple[Tools | None, int] = (None, 0)
         self._tools_text: tuple[str | None, int] = (None, 0)
@@ -110,46 +118,59 @@ class PromptCounter:
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         has_tools = bool(tools)
-        old = self._last if has_tools == self._last_has_tools else []
+        old = self._last if has_tools == self._last_has_tools else _Prompt()
         reuse = self._reusable_prefix(messages, old)
-        entries = old[:reuse] if reuse < len(old) else old
-        state = entries[-1].state if entries else FoldState()
-        total = entries[-1].total if entries else 0
-        last_user = _last_user(messages, reuse, entries[-1].last_user if entries else -1)
-        seen_user = entries[-1].last_user if entries else -1
+        new = old.head(reuse)
+        state = new.states[-1] if reuse else FoldState()
+        total = new.totals[-1] if reuse else 0
+        seen_user = new.users[-1] if reuse else -1
+        last_user = _last_user(messages, reuse, seen_user)
         # Past the common prefix, line the previous prompt up with this one by their ends: a
         # compaction changes the front and the middle, the newest messages stay where they were.
-        shift = len(old) - len(messages)
+        n_old = len(old.keys)
+        shift = n_old - len(messages)
         aligned = not self.framing.turn_sensitive
-        for i in range(reuse, len(messages)):
-            m = messages[i]
+        i = reuse
+        while i < len(messages):
             j = i + shift
-            if aligned and 0 <= j < len(old) and old[j].key == m.key and state == _state_before(old, j):
-                # The same message in the same framing state: the same count, no render, no lookup.
-                state = old[j].state
-                total += old[j].total - (old[j - 1].total if j else 0)
-            else:
-                context, state = self.framing.step(m, state, has_tools=has_tools)
-                in_last_turn = i >= last_user if m.role != "user" else i == last_user
-                total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
+            if aligned and 0 <= j < n_old and old.keys[j] == messages[i].key and state == _before(old, j):
+                # A run of the same messages from the same framing state: the same counts, copied.
+                k = j + 1
+                while k < n_old and old.keys[k] == messages[k - shift].key:
+                    k += 1
+                delta = total - (old.totals[j - 1] if j else 0)
+                new.keys += old.keys[j:k]
+                new.states += old.states[j:k]
+                new.totals += [t + delta for t in old.totals[j:k]]
+                new.users += [u - shift if u >= j else seen_user for u in old.users[j:k]]
+                state, total, seen_user, i = new.states[-1], new.totals[-1], new.users[-1], k - shift
+                continue
+            m = messages[i]
+            context, state = self.framing.step(m, state, has_tools=has_tools)
+            in_last_turn = i >= last_user if m.role != "user" else i == last_user
+            total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
             seen_user = i if m.role == "user" else seen_user
-            entries.append(_Entry(m.key, state, total, seen_user))
-        self._last = entries
+            new.keys.append(m.key)
+            new.states.append(state)
+            new.totals.append(total)
+            new.users.append(seen_user)
+            i += 1
+        self._last = new
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
     def last_totals(self) -> list[int]:
         """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
-        return [e.total for e in self._last]
+        return list(self._last.totals)
 
-    def _reusable_prefix(self, messages: Sequence[Message], old: Sequence[_Entry]) -> int:
-        n = min(len(old), len(messages))
+    def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> int:
+        n = min(len(old.keys), len(messages))
         i = 0
-        while i < n and old[i].key == messages[i].key:
+        while i < n and old.keys[i] == messages[i].key:
             i += 1
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
             # A new user message changes how the previous turn renders: recount from its start.
-            i = min(i, max(old[i - 1].last_user, 0) if i else 0)
+            i = min(i, max(old.users[i - 1], 0) if i else 0)
         return i
 
     def _store(self, key: tuple[str, Hashable, bool], n: int) -> None:
@@ -171,8 +192,9 @@ class PromptCounter:
         return n
 
 
-def _state_before(entries: Sequence[_Entry], j: int) -> FoldState:
-    return entries[j - 1].state if j else FoldState()
+def _before(prompt: _Prompt, j: int) -> FoldState:
+    """The framing state before message `j`."""
+    return prompt.states[j - 1] if j else FoldState()
 
 
 def _last_user(messages: Sequence[Message], start: int, before: int) -> int:
