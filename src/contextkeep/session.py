@@ -89,7 +89,8 @@ class Session:
         self._tracker = RoundTracker()
         self._state = CompactionState()
         self._builder = ViewBuilder(self.config, self.counter, manager.hooks)
-        self.counter.stand_in = self._builder.masked_shadow
+        if "L1" in self.config.layers:  # masking will swap previews in: count them ahead, call by call
+            self.counter.stand_in = self._builder.masked_shadow
         self._compactor = Compactor(
             self.config,
             self.counter,
