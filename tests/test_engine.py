@@ -10,6 +10,7 @@ import pytest
 from inline_snapshot import snapshot
 
 from contextkeep.capabilities import ModelSpec
+from contextkeep.config import ContextConfig
 from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
 from contextkeep.events import CompressionCompleted, Event
 from contextkeep.manager import ContextManager
@@ -48,9 +49,31 @@ line 59: value=413
     assert [(e.tool_call_id, e.reference) for e in events] == [("c1", "sessions/c/tool_result-c1.txt")]  # type: ignore[attr-defined]
 
 
+async def test_l0_limit_is_capped_at_a_share_of_the_window(tmp_path: Path) -> None:
+    text = "\n".join(f"line {i}: value={i * 7}" for i in range(400))  # about 2,600 heuristic tokens
+    for ratio, window, cut in ((0.05, 32_768, True), (0.05, 128_000, False), (None, 32_768, False)):
+        cm = manager(tmp_path / f"{ratio}-{window}", window, tool_result_limit_max_ratio=ratio)
+        assert cm.config.result_limit(window) == (3000 if not cut else 1638)
+        events: list[Event] = []
+        cm.events.subscribe(events.append, "tool_result.truncated")
+        async with cm.session("c") as s:
+            await s.add([SYSTEM, TASK, call("c1", "cat log"), result("c1", text)])
+            view = await s.prepare()
+        assert ("<<<TRUNCATED>>>" in view.neutral[-1].text) is cut
+        assert [e.tokens_before > e.tokens_after for e in events] == ([True] if cut else [])  # type: ignore[attr-defined]
+        assert view.tokens < (1638 + 200 if cut else 3000)
+    assert ContextConfig(max_context_tokens=20_000).result_limit(None) == 1000
+    assert ContextConfig().result_limit(None) == 3000  # unknown window: no cap
+
+
 async def test_l1_masks_outputs_older_than_the_age_limit_with_head_tail_and_reference(tmp_path: Path) -> None:
     cm = manager(
-        tmp_path, 1400, layers=("L1",), max_observation_age_rounds=5, truncated_observation_max_chars=60
+        tmp_path,
+        1400,
+        layers=("L1",),
+        max_observation_age_rounds=5,
+        truncated_observation_max_chars=60,
+        tool_result_limit_max_ratio=None,  # at 5% of this tiny window, L0 would cut the newest outputs too
     )
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(8, size=400)])
@@ -69,7 +92,14 @@ HEAD-0 xxxxxxxxxxxxxxxxxxxxxx … xxxxxxxxxxxxxxxxxxxxx TAIL-0
 
 
 async def test_l2_drops_whole_rounds_keeps_the_task_and_leaves_a_marker(tmp_path: Path) -> None:
-    cm = manager(tmp_path, 3000, min_keep_recent_rounds=3, min_keep_tokens=500, max_observation_age_rounds=5)
+    cm = manager(
+        tmp_path,
+        3000,
+        min_keep_recent_rounds=3,
+        min_keep_tokens=500,
+        max_observation_age_rounds=5,
+        target_ratio=0.55,  # one drop reaches it (at 0.35, the marker's own tokens take a second one)
+    )
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(30, size=300)])
         view = await s.prepare()

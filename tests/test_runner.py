@@ -89,7 +89,12 @@ async def test_the_agent_recalls_a_detail_that_was_masked(tmp_path: Path) -> Non
         """A health check."""
         return f"check {n} passed " + "." * 2000
 
-    config = ContextConfig(max_observation_age_rounds=2, min_keep_recent_rounds=1, min_keep_tokens=0)
+    config = ContextConfig(
+        max_observation_age_rounds=2,
+        min_keep_recent_rounds=1,
+        min_keep_tokens=0,
+        tool_result_limit_max_ratio=None,  # the report must reach the view whole before L1 masks it
+    )
     with FakeLLMServer(responder=_recalling_agent) as srv:
         agent = Agent("ops", adapter(srv, window=2_600), tools=[dump_report, check], config=config)
         turn = await Runner(workspace=str(tmp_path / "ws")).run(agent, "night", "Which shard failed?")

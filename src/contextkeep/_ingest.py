@@ -79,16 +79,13 @@ class Ingest:
             ref = await self.workspace.offload_tool_result(self.conversation_id, name, m.text)
             m = m.with_metadata(**{REF_KEY: ref})
             self.emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
-            # A token is at least one byte: only a result with more bytes than the limit can exceed it.
-            over = len(m.text.encode()) > self.config.tool_result_limit
-            tokens = self.counter.count_text(m.text) if over else 0
-            if tokens > self.config.tool_result_limit:
-                kept = self.counter.count_text(self.derive(m).text)
+            derived = self.derive(m)  # layer 0 (its limit may be capped by the window) or `m` itself
+            if derived.text != m.text:
                 self.emit(
                     ToolResultTruncated(
                         tool_call_id=m.tool_call_id or "",
-                        tokens_before=tokens,
-                        tokens_after=kept,
+                        tokens_before=self.counter.count_text(m.text),
+                        tokens_after=self.counter.count_text(derived.text),
                         reference=ref,
                     )
                 )

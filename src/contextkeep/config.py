@@ -80,8 +80,12 @@ class ContextConfig(BaseModel):
     """Ratio of the critical state."""
     overflow_threshold: float = 1.0
     """Ratio of the overflow state."""
-    target_ratio: float = Field(default=0.55, gt=0, lt=1)
-    """Hysteresis: once triggered, compaction goes on until the view is at or below this ratio."""
+    target_ratio: float = Field(default=0.35, gt=0, lt=1)
+    """Hysteresis: once triggered, compaction goes on until the view is at or below this ratio.
+
+    Deep, rare passes: a pass rewrites the view after its first change at the cache-write price; at
+    DeepSeek's prices one from 0.70 down to 0.35 repays that in about three calls, one to 0.55 in ten.
+    """
 
     # Layers (DB-GPT layer semantics).
     layers: tuple[Layer, ...] = ("L1", "L2", "L3")
@@ -110,6 +114,11 @@ class ContextConfig(BaseModel):
     """AgentScope reserve: recent tokens kept = this × context window (overrides min_keep_tokens)."""
     tool_result_limit: int = Field(default=3000, gt=0)
     """Tool results over this many tokens are cut at ingest (head and tail kept, full text offloaded)."""
+    tool_result_limit_max_ratio: float | None = Field(default=0.05, gt=0, le=1)
+    """Caps `tool_result_limit` at this share of the context window (`None`: no cap).
+
+    Layer 1 leaves the newest `max_observation_age_rounds` outputs whole; at 5% each, five of them
+    take a quarter of the window, so masking alone can reach the target in a small window."""
     compression_prompt: str = DEFAULT_COMPRESSION_PROMPT
     """Instruction sent to the summarising model."""
     summary_template: str = DEFAULT_SUMMARY_TEMPLATE
@@ -163,6 +172,13 @@ class ContextConfig(BaseModel):
         return Thresholds(
             self.warning_threshold, self.error_threshold, self.critical_threshold, self.overflow_threshold
         )
+
+    def result_limit(self, window: int | None) -> int:
+        """Layer 0's limit in a context window of `window` tokens (unknown window: no cap)."""
+        window = self.max_context_tokens or window
+        if window is None or self.tool_result_limit_max_ratio is None:
+            return self.tool_result_limit
+        return max(1, min(self.tool_result_limit, int(self.tool_result_limit_max_ratio * window)))
 
     def merged(self, **changes: Any) -> ContextConfig:
         """A validated copy with `changes` applied."""

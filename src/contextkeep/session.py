@@ -88,7 +88,7 @@ class Session:
         self._answered: set[str] = set()  # call ids that already have a result
         self._tracker = RoundTracker()
         self._state = CompactionState()
-        self._builder = ViewBuilder(self.config, self.counter, manager.hooks)
+        self._builder = ViewBuilder(self.config, self.counter, manager.hooks, manager.model.context_window)
         if "L1" in self.config.layers:  # masking will swap previews in: count them ahead, call by call
             self.counter.stand_in = self._builder.masked_shadow
         self._compactor = Compactor(

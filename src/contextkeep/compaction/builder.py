@@ -66,22 +66,25 @@ class ViewBuilder:
         config: ContextConfig,
         counter: TokenCounter,
         hooks: Sequence[SystemPromptHook] = (default_progress_hook,),
+        window: int | None = None,
     ) -> None:
         self.config = config
         self.counter = counter
         self.hooks = tuple(hooks)
+        self.window = window
+        """The model's context window (layer 0's limit is capped at a share of it)."""
         # Every transcript message from `_base` on, as the boundaries `_marks` say to show it.
         self._base = 0
         self._marks = (0, 0)
         self._shown: list[Message] = []
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
         self._sources: dict[str, Message] = {}
-        self._derived_for = _derivation(config)
+        self._derived_for = _derivation(config, window)
 
     def _forget_if_reconfigured(self) -> None:
         """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
-        if _derivation(self.config) != self._derived_for:
-            self._derived_for, self._shown = _derivation(self.config), []
+        if _derivation(self.config, self.window) != self._derived_for:
+            self._derived_for, self._shown = _derivation(self.config, self.window), []
             self._derived.clear()
             self._sources.clear()
 
@@ -191,7 +194,8 @@ class ViewBuilder:
                 ref = reference or "(not offloaded)"
                 m = m.with_text(masked_output(text, self.config.truncated_observation_max_chars, ref))
             else:
-                truncated = truncate_tool_result(text, self.config.tool_result_limit, self.counter, reference)
+                limit = self.config.result_limit(self.window)
+                truncated = truncate_tool_result(text, limit, self.counter, reference)
                 if truncated is not None:
                     m = m.with_text(truncated)
         return _without_media(m) if media and not isinstance(m.content, str) else m
@@ -201,8 +205,8 @@ _MASK_ALL = CompactionState(mask_boundary=1 << 62)
 """A state under which every maskable message is masked (derivation ignores the index otherwise)."""
 
 
-def _derivation(config: ContextConfig) -> tuple[int, int]:
-    return config.truncated_observation_max_chars, config.tool_result_limit
+def _derivation(config: ContextConfig, window: int | None) -> tuple[int, int]:
+    return config.truncated_observation_max_chars, config.result_limit(window)
 
 
 def _preamble_end(rounds: Sequence[Round]) -> int:

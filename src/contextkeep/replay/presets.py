@@ -20,8 +20,8 @@ __all__ = ["PRESETS", "Preset", "get_preset"]
 
 _EVERY_CALL = 1e-9
 """A trigger/target ratio so low that the layers run before every call."""
-_NO_INGEST_LIMIT = 10**9
-"""A tool-result limit no result reaches: layer 0 never truncates."""
+_NO_INGEST_LIMIT = {"tool_result_limit": 10**9, "tool_result_limit_max_ratio": None}
+"""A tool-result limit no result reaches, without the window cap: layer 0 never truncates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +56,10 @@ PRESETS: dict[str, Preset] = {
     for p in (
         Preset(
             "default",
-            "contextkeep's defaults: L0 at 3,000 tokens; L1 → L2 → L3 from 70% of the budget down to 55%.",
-            "ContextConfig defaults (DB-GPT thresholds, AgentScope's 3,000-token tool-result limit, "
-            "our 0.55 hysteresis target).",
+            "contextkeep's defaults: L0 at 3,000 tokens capped at 5% of the window; L1 → L2 → L3 from "
+            "70% of the budget down to 35%.",
+            "ContextConfig defaults (DB-GPT thresholds, AgentScope's 3,000-token tool-result limit capped "
+            "at 5% of the window, our 0.35 hysteresis target).",
         ),
         Preset(
             "swe-agent",
@@ -72,14 +73,14 @@ PRESETS: dict[str, Preset] = {
             "a 20-character head/tail preview and a reference; outputs of 20 characters or fewer are "
             "never masked; ages count rounds, so a round with several tool results ages as one "
             "observation; at a budget SWE-agent does not have, L4 still guards the window.",
-            {**_ROLLING, "truncated_observation_max_chars": 20, "tool_result_limit": _NO_INGEST_LIMIT},
+            {**_ROLLING, "truncated_observation_max_chars": 20, **_NO_INGEST_LIMIT},
         ),
         Preset(
             "rolling-mask",
             "SWE-agent-style rolling masking with contextkeep's own masking form and L0 at our budget.",
             "Same schedule as `swe-agent` (mask before every call, keep the 5 newest rounds' outputs) with "
             "contextkeep's defaults for the rest: 200-character previews with references, L0 at 3,000 "
-            "tokens, L4 as the overflow guard; no dropping, no summary.",
+            "tokens capped at 5% of the window, L4 as the overflow guard; no dropping, no summary.",
             dict(_ROLLING),
         ),
         Preset(
@@ -90,13 +91,14 @@ PRESETS: dict[str, Preset] = {
             "truncated_observation_max_chars 200, min_keep_tokens 10000, max_compact_failures 3. DB-GPT "
             "compacts until the view is back under the warning threshold (target 0.69 here) and has no "
             "tool-result limit at ingest.",
-            {"target_ratio": 0.69, "tool_result_limit": _NO_INGEST_LIMIT},
+            {"target_ratio": 0.69, **_NO_INGEST_LIMIT},
         ),
         Preset(
             "agentscope",
             "AgentScope: summarise at 80% of the window, keep 10% of the window of recent messages.",
             "seeds/agentscope-context-management.zh.txt ContextConfig(trigger_ratio=0.8, reserve_ratio=0.1, "
-            "tool_result_limit=3000). Summary only (L3), triggered at the trigger (error threshold 0.8 of "
+            "tool_result_limit=3000; uncapped, as in AgentScope). Summary only (L3), triggered at the "
+            "trigger (error threshold 0.8 of "
             "the budget, which the trigger always reaches). The replay summarises LLM-free "
             "(ExtractiveSummarizer). Difference: our L3 keeps min_keep_recent_rounds rounds, not "
             "reserve_ratio × window tokens (reserve_ratio only bounds L2, which is off here).",
@@ -107,6 +109,7 @@ PRESETS: dict[str, Preset] = {
                 "warning_threshold": 0.75,
                 "error_threshold": 0.8,
                 "target_ratio": 0.5,
+                "tool_result_limit_max_ratio": None,
             },
             {"summarizer": ExtractiveSummarizer()},
         ),
@@ -126,7 +129,7 @@ PRESETS: dict[str, Preset] = {
                 "error_threshold": 0.85,
                 "target_ratio": 0.5,
                 "min_keep_recent_rounds": 10,
-                "tool_result_limit": _NO_INGEST_LIMIT,
+                **_NO_INGEST_LIMIT,
             },
             {"summarizer": ExtractiveSummarizer()},
         ),
