@@ -16,6 +16,7 @@ from contextkeep.events import CompressionCompleted, Event
 from contextkeep.manager import ContextManager
 from contextkeep.rounds import split_rounds
 from contextkeep.summarizers import SummaryRequest, SummaryResult
+from contextkeep.tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
 from helpers import assert_references_readable, call, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
@@ -199,6 +200,32 @@ async def test_a_completed_compaction_reports_where_its_time_went(tmp_path: Path
     assert 0 < event.layers_ms < event.summary_ms
     assert event.offload_ms > 0  # dropped and summarised rounds were written before the state
     assert event.layers_ms == pytest.approx(outcome.seconds * 1e3)
+
+
+async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp_path: Path) -> None:
+    encoded: list[str] = []
+
+    class Recording(HeuristicEncoder):
+        def count(self, text: str) -> int:
+            encoded.append(text)
+            return super().count(text)
+
+    cm = ContextManager(
+        ModelSpec("test-model", 100_000),
+        workspace=tmp_path / "ws",
+        counter_factory=lambda: PromptCounter(Recording(), OpenAIFraming()),
+    )
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(12)])
+        await s.prepare()
+        assert not any("[Full detail available at:" in t for t in encoded)  # not before the call
+        await asyncio.sleep(0)  # the caller awaits the model: the loop runs the warm-up
+        previews = [t for t in encoded if "[Full detail available at:" in t]
+        assert len(previews) == 12
+        encoded.clear()
+        outcome = await s.compress(warning_threshold=0.01, target_ratio=0.005, layers=("L1",))
+    assert outcome is not None and [x.compact_layer for x in outcome.statuses] == ["L1"]
+    assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
 
 
 async def test_recover_compacts_by_at_least_the_reported_gap(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_messages_are_encoded_once() -> None:
     assert len(calls) == len(history) + 1  # each message once, plus the fixed part once
 
 
-def test_a_stand_in_is_counted_with_its_message_so_swapping_it_in_encodes_nothing() -> None:
+def test_warming_counts_stand_ins_in_context_so_swapping_them_in_encodes_nothing() -> None:
     calls: list[str] = []
 
     class Recording(HeuristicEncoder):
@@ -109,7 +109,7 @@ def test_a_stand_in_is_counted_with_its_message_so_swapping_it_in_encodes_nothin
             return super().count(text)
 
     counter = PromptCounter(Recording(), DeepSeekFraming())
-    previews = {}
+    previews: dict[str, Message] = {}
 
     def stand_in(m: Message) -> Message | None:
         if m.role != "tool":
@@ -122,12 +122,16 @@ def test_a_stand_in_is_counted_with_its_message_so_swapping_it_in_encodes_nothin
         history.append(Message("assistant", f"step {i}", tool_calls=(ToolCall(f"c{i}", "bash", "{}"),)))
         history.append(Message("tool", f"output {i} " * 50, tool_call_id=f"c{i}"))
         counter.count_prompt(history)
+        before = len(calls)
+        counter.warm()  # a session runs this while the model call is in flight
+        assert len(calls) == before + 1  # the new tool output's preview, nothing else
     masked = [previews.get(m.key, m) for m in history[:-4]] + history[-4:]
+    assert sum(a is not b for a, b in zip(masked, history, strict=True)) == 4
     encoded = len(calls)
     assert counter.count_prompt(masked) == PromptCounter(HeuristicEncoder(), DeepSeekFraming()).count_prompt(
         masked
     )
-    assert len(calls) == encoded  # every preview was counted in its context when its message was
+    assert len(calls) == encoded  # every preview was counted in its context ahead of the pass
 
 
 def test_openai_framing_counts_roles_names_calls_and_tools() -> None:

@@ -67,6 +67,20 @@ class _Recorder:
             self.conflicts.add(1, {"kind": data["kind"]})
 
 
+_RECORDED = (
+    "model.completed",
+    "context.compression.required",
+    "context.compression.started",
+    "context.compression.completed",
+    "context.compression.failed",
+    "model.recovery.started",
+    "model.recovery.succeeded",
+    "model.recovery.failed",
+    "store.conflict",
+)
+"""The event types the metrics read (not `context.status`, emitted before every model call)."""
+
+
 def install_metrics(bus: EventBus, meter: metrics.Meter | None = None) -> None:
     """Feed the metrics from `bus` (the global meter provider's `contextkeep` meter by default)."""
-    bus.subscribe(_Recorder(meter or metrics.get_meter("contextkeep")))
+    bus.subscribe(_Recorder(meter or metrics.get_meter("contextkeep")), *_RECORDED)

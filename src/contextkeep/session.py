@@ -89,7 +89,7 @@ class Session:
         self._tracker = RoundTracker()
         self._state = CompactionState()
         self._builder = ViewBuilder(self.config, self.counter, manager.hooks, manager.model.context_window)
-        if "L1" in self.config.layers:  # masking will swap previews in: count them ahead, call by call
+        if "L1" in self.config.layers:  # masking will swap previews in: count them ahead
             self.counter.stand_in = self._builder.masked_shadow
         self._compactor = Compactor(
             self.config,
@@ -221,6 +221,9 @@ class Session:
                 layers += (s.compact_layer or "" for s in outcome.statuses)
         if layers:
             status = self._confirmed_status(budget) if confirmed_only else self._status(tokens, budget)
+        if self.counter.stand_in is not None:
+            # Count masked previews ahead while the caller waits for the model, not before it calls.
+            asyncio.get_running_loop().call_soon(self.counter.warm)
         return View(view, tokens, status, tuple(layers))
 
     async def current_view(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:

@@ -82,9 +82,10 @@ class PromptCounter:
         self.encoder = encoder
         self.framing = framing
         self.stand_in: Callable[[Message], Message | None] | None = None
-        """What a later view may show in place of a message (its masked preview): counted with it,
-        in the same framing context, so a compaction pass finds the count cached."""
+        """What a later view may show in place of a message (its masked preview). `warm` counts it
+        in the context its message was counted in, so a compaction pass finds the count cached."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
+        self._unwarmed: list[tuple[Message, Hashable, bool]] = []
         self._cache_size = cache_size
         self._last = _Prompt()
         self._last_has_tools = False
@@ -165,9 +166,11 @@ class PromptCounter:
 
     def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> int:
         n = min(len(old.keys), len(messages))
-        i = 0
-        while i < n and old.keys[i] == messages[i].key:
-            i += 1
+        keys = [m.key for m in messages[:n]]
+        if keys == old.keys[:n]:  # the common case, appending only: compared in one go
+            i = n
+        else:
+            i = next(j for j, (a, b) in enumerate(zip(keys, old.keys, strict=False)) if a != b)
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
             # A new user message changes how the previous turn renders: recount from its start.
             i = min(i, max(old.users[i - 1], 0) if i else 0)
@@ -186,10 +189,21 @@ class PromptCounter:
         text, extra = self.framing.render(message, context, in_last_turn=in_last_turn)
         n = self.encoder.count(text) + extra
         self._store(key, n)
-        other = self.stand_in(message) if self.stand_in is not None else None
-        if other is not None and other.key != message.key:
-            self._message(other, context, in_last_turn)
+        if self.stand_in is not None and len(self._unwarmed) < self._cache_size:
+            self._unwarmed.append((message, context, in_last_turn))
         return n
+
+    def warm(self) -> None:
+        """Count the stand-ins of the messages counted since the last call.
+
+        Off the hot path: a session schedules it after preparing a view, so it runs while the
+        model call is in flight. Counts are pure, so when it runs changes nothing but speed.
+        """
+        pending, self._unwarmed = self._unwarmed, []
+        for message, context, in_last_turn in pending:
+            other = self.stand_in(message) if self.stand_in is not None else None
+            if other is not None and other.key != message.key:
+                self._message(other, context, in_last_turn)
 
 
 def _before(prompt: _Prompt, j: int) -> FoldState:
