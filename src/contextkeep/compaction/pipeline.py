@@ -17,6 +17,7 @@ from typing import Any
 from contextkeep.budget import Budget
 from contextkeep.compaction.builder import ViewBuilder, first_droppable
 from contextkeep.compaction.layers import droppable_rounds, mask, plan_drop, protected_start
+from contextkeep.compaction.render import dropped_marker
 from contextkeep.compaction.state import CompactionRecord, CompactionState, Summary
 from contextkeep.config import ContextConfig, FailureStrategy
 from contextkeep.errors import SummaryError
@@ -216,17 +217,29 @@ class Compactor:
             candidates = droppable_rounds(p.rounds, cut)
             sizes = self._round_tokens(out.view, transcript, candidates)
             excess = out.tokens - target
+            summarised = out.state.summary.cursor if out.state.summary else 0
+            if out.state.drop_cursor <= max(start, summarised):  # no marker in view: one comes with the drop
+                excess += self._marker_tokens(transcript, candidates)
             plan = plan_drop(
                 candidates, sizes, cut, excess=excess, keep_rounds=keep_rounds, keep_tokens=keep_tokens
             )
             if plan is None:
                 return
             removed = list(transcript[plan.removed[0] : plan.removed[1]])
-            dropped_from = max(start, out.state.summary.cursor if out.state.summary else 0)
+            dropped_from = max(start, summarised)
             reference = self.reference(transcript[dropped_from : plan.cut])
             out.offloads.append(removed)
             new = out.state.evolve(drop_cursor=plan.cut, drop_reference=reference)
             self._apply(p, layer, new, plan.removed, (self.reference(removed),))
+
+    def _marker_tokens(self, transcript: Sequence[Message], candidates: Sequence[Round]) -> int:
+        """About what the dropped-rounds marker will cost (its ids and reference vary a little)."""
+        if not candidates:
+            return 0
+        first, last = transcript[candidates[0].start], transcript[candidates[-1].end - 1]
+        span = transcript[candidates[0].start : candidates[-1].end]
+        text = dropped_marker(len(candidates), first.id or "", last.id or "", self.reference(span))
+        return self.counter.count_message(Message("user", text))
 
     def _summary_cursor(self, p: _Pass, start: int) -> int:
         """Where the summary ends: before the newest rounds that hold the kept recent tokens (and rounds)."""
