@@ -79,6 +79,7 @@ class ViewBuilder:
         self._shown: list[Message] = []
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
         self._sources: dict[str, Message] = {}
+        self._heads: dict[tuple[str, str | None, object, str], Message] = {}
         self._derived_for = _derivation(config, window)
 
     def _forget_if_reconfigured(self) -> None:
@@ -107,7 +108,7 @@ class ViewBuilder:
                 text = m.text
                 for hook in self.hooks:
                     text = hook(text, state.progress[: state.progress_shown])
-                m = m if text == m.text else m.with_text(text)
+                m = m if text == m.text else self._made(m, text)
             out.append(m)
         if state.minimal:
             return out
@@ -119,7 +120,7 @@ class ViewBuilder:
             text = self.config.summary_template.format(summary=state.summary.text)
             if state.summary.reference:
                 text += "\n" + detail_reference(state.summary.reference)
-            out.append(Message(self.config.summary_role, text, metadata={"ck_kind": "summary"}))
+            out.append(self._made(Message(self.config.summary_role, metadata={"ck_kind": "summary"}), text))
         summarised = state.summary.cursor if state.summary else 0
         if state.drop_cursor > max(summarised, start):
             first = max(summarised, start)
@@ -130,7 +131,7 @@ class ViewBuilder:
                 transcript[state.drop_cursor - 1].id or "",
                 state.drop_reference,
             )
-            out.append(Message("user", text, metadata={"ck_kind": "dropped"}))
+            out.append(self._made(Message("user", metadata={"ck_kind": "dropped"}), text))
         return out
 
     def body(
@@ -157,6 +158,16 @@ class ViewBuilder:
             shown.append(self._derive(transcript[i], i, state))
         self._shown = shown
         return shown[start - base :]
+
+    def _made(self, base: Message, text: str) -> Message:
+        """`base` with `text`, the same object while the text stays (the head is rebuilt every call)."""
+        key = (base.key, base.id, base.metadata.get("ck_kind"), text)
+        made = self._heads.get(key)
+        if made is None:
+            if len(self._heads) > 256:
+                self._heads.clear()
+            made = self._heads[key] = base.with_text(text)
+        return made
 
     def masked_shadow(self, shown: Message) -> Message | None:
         """The masked form of a tool output the view shows verbatim now (None for anything else).

@@ -233,13 +233,16 @@ class Compactor:
             self._apply(p, layer, new, plan.removed, (self.reference(removed),))
 
     def _marker_tokens(self, transcript: Sequence[Message], candidates: Sequence[Round]) -> int:
-        """About what the dropped-rounds marker will cost (its ids and reference vary a little)."""
+        """About what the dropped-rounds marker will cost, without encoding it (ids, a path, English).
+
+        A generous three characters a token; the view is measured exactly right after.
+        """
         if not candidates:
             return 0
         first, last = transcript[candidates[0].start], transcript[candidates[-1].end - 1]
         span = transcript[candidates[0].start : candidates[-1].end]
         text = dropped_marker(len(candidates), first.id or "", last.id or "", self.reference(span))
-        return self.counter.count_message(Message("user", text))
+        return len(text) // 3 + 4
 
     def _summary_cursor(self, p: _Pass, start: int) -> int:
         """Where the summary ends: before the newest rounds that hold the kept recent tokens (and rounds)."""

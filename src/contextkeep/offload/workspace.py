@@ -91,8 +91,9 @@ class Workspace(ABC):
 
     def context_ref(self, session_id: str, messages: Sequence[Message]) -> str:
         """Reference of a span of messages in `context.jsonl`."""
-        ids = [m.id for m in messages if m.id]
-        span = f"#{ids[0]}..{ids[-1]}" if ids else ""
+        first = next((m.id for m in messages if m.id), None)
+        last = next((m.id for m in reversed(messages) if m.id), None)
+        span = f"#{first}..{last}" if first else ""
         return f"{self.session_dir(session_id)}/context.jsonl{span}"
 
     # Offloader.
