@@ -134,6 +134,12 @@ def test_warming_counts_stand_ins_in_context_so_swapping_them_in_encodes_nothing
     assert len(calls) == encoded  # every preview was counted in its context ahead of the pass
 
 
+def test_special_token_strings_in_openai_content_count_as_text() -> None:
+    # OpenAI encodes "<|endoftext|>" typed into a message as ordinary text, never as the special token.
+    encoder = TiktokenEncoder("o200k_base")
+    assert encoder.count("<|endoftext|>") > 1  # the special token would be one
+
+
 def test_openai_framing_counts_roles_names_calls_and_tools() -> None:
     counter = PromptCounter(TiktokenEncoder("o200k_base"), OpenAIFraming())
     plain = counter.count_prompt([Message("user", "hello world")])

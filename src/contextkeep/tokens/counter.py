@@ -125,16 +125,17 @@ class PromptCounter:
         state = new.states[-1] if reuse else FoldState()
         total = new.totals[-1] if reuse else 0
         seen_user = new.users[-1] if reuse else -1
-        last_user = _last_user(messages, reuse, seen_user)
+        turn_sensitive = self.framing.turn_sensitive
+        last_user = _last_user(messages, reuse, seen_user) if turn_sensitive else -1
         # Past the common prefix, line the previous prompt up with this one by their ends: a
         # compaction changes the front and the middle, the newest messages stay where they were.
         n_old = len(old.keys)
         shift = n_old - len(messages)
-        aligned = not self.framing.turn_sensitive
+        reusable = not turn_sensitive  # with a turn-sensitive framing, a count depends on later messages
         i = reuse
         while i < len(messages):
             j = i + shift
-            if aligned and 0 <= j < n_old and old.keys[j] == messages[i].key and state == _before(old, j):
+            if reusable and 0 <= j < n_old and old.keys[j] == messages[i].key and state == _before(old, j):
                 # A run of the same messages from the same framing state: the same counts, copied.
                 k = j + 1
                 while k < n_old and old.keys[k] == messages[k - shift].key:
@@ -149,7 +150,7 @@ class PromptCounter:
             m = messages[i]
             context, state = self.framing.step(m, state, has_tools=has_tools)
             in_last_turn = i >= last_user if m.role != "user" else i == last_user
-            total += self._message(m, context, in_last_turn or not self.framing.turn_sensitive)
+            total += self._message(m, context, in_last_turn or not turn_sensitive)
             seen_user = i if m.role == "user" else seen_user
             new.keys.append(m.key)
             new.states.append(state)

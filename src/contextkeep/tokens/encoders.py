@@ -33,7 +33,12 @@ class Encoder(Protocol):
         ...
 
     def count(self, text: str) -> int:
-        """Tokens in `text`, special-token strings counted as the special tokens they are."""
+        """Tokens in `text`.
+
+        Special-token strings follow the provider's rule: OpenAI encodes them in content as plain
+        text (so does :class:`TiktokenEncoder`; its framings add the real ones as constants), while
+        a `tokenizer.json` chat template renders them as the added tokens they are.
+        """
         ...
 
 
@@ -75,7 +80,7 @@ class TiktokenEncoder:
         return cls(encoding_for_model(model))
 
     def count(self, text: str) -> int:
-        return len(self._enc.encode(text, allowed_special="all", disallowed_special=()))  # type: ignore[attr-defined]
+        return len(self._enc.encode_ordinary(text))  # type: ignore[attr-defined]
 
 
 class HFEncoder:
