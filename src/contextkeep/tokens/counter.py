@@ -121,7 +121,7 @@ class PromptCounter:
         has_tools = bool(tools)
         old = self._last if has_tools == self._last_has_tools else _Prompt()
         reuse = self._reusable_prefix(messages, old)
-        new = old.head(reuse)
+        new = old if reuse == len(old.keys) else old.head(reuse)  # appending only: extend in place
         state = new.states[-1] if reuse else FoldState()
         total = new.totals[-1] if reuse else 0
         seen_user = new.users[-1] if reuse else -1
