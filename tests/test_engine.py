@@ -227,6 +227,28 @@ async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp
     assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
 
 
+async def test_an_over_long_result_is_encoded_once_at_ingest(tmp_path: Path) -> None:
+    encoded: list[str] = []
+
+    class Recording(HeuristicEncoder):
+        def count(self, text: str) -> int:
+            encoded.append(text)
+            return super().count(text)
+
+    cm = ContextManager(
+        ModelSpec("test-model", 100_000),
+        workspace=tmp_path / "ws",
+        counter_factory=lambda: PromptCounter(Recording(), OpenAIFraming()),
+    )
+    events: list[Event] = []
+    cm.events.subscribe(events.append, "tool_result.truncated")
+    huge = "log line with details\n" * 2_000
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, call("c1"), result("c1", huge)])
+    assert [e.tokens_before for e in events] == [HeuristicEncoder().count(huge)]  # type: ignore[attr-defined]
+    assert encoded.count(huge) == 1  # layer 0 and its event share one count
+
+
 async def test_recover_compacts_by_at_least_the_reported_gap(tmp_path: Path) -> None:
     cm = manager(tmp_path, 100_000)
     events: list[str] = []

@@ -3,9 +3,10 @@
 The view is, in order: the system preamble (through the `on_system_prompt`
 hooks), the pinned first user message, the summary, the dropped-rounds marker,
 and every round from the cut on, with old tool outputs masked (L1) and over-long
-ones truncated (L0). Derived messages are cached per transcript index while the
-state's boundaries stay put, so building the view for call N costs work
-proportional to what was appended since call N-1.
+ones truncated (L0). Every derived message is kept per transcript index; when a
+boundary moves, only the messages between its old and new place are derived
+again, so building the view for call N costs work proportional to what was
+appended since call N-1 (or to what the compaction changed).
 """
 
 from __future__ import annotations
@@ -172,8 +173,8 @@ class ViewBuilder:
     def masked_shadow(self, shown: Message) -> Message | None:
         """The masked form of a tool output the view shows verbatim now (None for anything else).
 
-        A token counter counts it beside the message, in the same framing context, so the
-        compaction pass that masks the message finds its count cached.
+        The token counter's `warm` counts it in the framing context its message was counted in,
+        so the compaction pass that masks the message finds its count cached.
         """
         source = self._sources.get(shown.key)
         return None if source is None else self._derive(source, 0, _MASK_ALL)

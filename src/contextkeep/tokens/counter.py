@@ -75,6 +75,10 @@ class _Prompt:
         return _Prompt(self.keys[:n], self.states[:n], self.totals[:n], self.users[:n])
 
 
+_REMEMBERED_TEXT = 4096
+"""Plain texts at least this long keep their count (a str caches its hash: the lookup is cheap)."""
+
+
 class PromptCounter:
     """A cached, incremental :class:`TokenCounter` built from an encoder and a framing."""
 
@@ -86,6 +90,7 @@ class PromptCounter:
         in the context its message was counted in, so a compaction pass finds the count cached."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
         self._unwarmed: list[tuple[Message, Hashable, bool]] = []
+        self._texts: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
         self._last = _Prompt()
         self._last_has_tools = False
@@ -101,7 +106,15 @@ class PromptCounter:
         return CountSource.LOCAL_TOKENIZER if self.encoder.exact else CountSource.ESTIMATE
 
     def count_text(self, text: str) -> int:
-        return self.encoder.count(text)
+        if len(text) < _REMEMBERED_TEXT:
+            return self.encoder.count(text)
+        # A long tool result is counted for layer 0 and again for its event: encode it once.
+        n = self._texts.get(text)
+        if n is None:
+            n = self._texts[text] = self.encoder.count(text)
+            if len(self._texts) > 64:
+                self._texts.popitem(last=False)
+        return n
 
     def count_message(self, message: Message) -> int:
         context, _ = self.framing.step(message, FoldState(), has_tools=False)
