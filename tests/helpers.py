@@ -13,6 +13,7 @@ from contextkeep.config import ContextConfig
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
 from contextkeep.offload import Workspace
+from contextkeep.tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
 
 REFERENCE = re.compile(r"\[Full detail available at: ([^\]\s]+)\]|refer to the file in '([^']+)'")
 
@@ -25,6 +26,29 @@ def manager(tmp_path: Path, window: int | None = 4000, *, reserve: int = 0, **co
         workspace=tmp_path / "ws",
         tokenizer="heuristic",
     )
+
+
+class RecordingEncoder(HeuristicEncoder):
+    """The heuristic encoder, remembering every text it was asked to encode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.encoded.append(text)
+        return super().count(text)
+
+
+def recording_manager(tmp_path: Path, window: int = 100_000) -> tuple[ContextManager, list[str]]:
+    """A manager whose counters encode through one :class:`RecordingEncoder`; and its record."""
+    encoder = RecordingEncoder()
+    cm = ContextManager(
+        ModelSpec("test-model", window),
+        workspace=tmp_path / "ws",
+        counter_factory=lambda: PromptCounter(encoder, OpenAIFraming()),
+    )
+    return cm, encoder.encoded
 
 
 def call(call_id: str, command: str = "ls") -> dict[str, Any]:

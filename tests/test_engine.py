@@ -16,8 +16,8 @@ from contextkeep.events import CompressionCompleted, Event
 from contextkeep.manager import ContextManager
 from contextkeep.rounds import split_rounds
 from contextkeep.summarizers import SummaryRequest, SummaryResult
-from contextkeep.tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
-from helpers import assert_references_readable, call, manager, result, rounds
+from contextkeep.tokens import HeuristicEncoder
+from helpers import assert_references_readable, call, manager, recording_manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
@@ -202,18 +202,7 @@ async def test_a_completed_compaction_reports_where_its_time_went(tmp_path: Path
 
 
 async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp_path: Path) -> None:
-    encoded: list[str] = []
-
-    class Recording(HeuristicEncoder):
-        def count(self, text: str) -> int:
-            encoded.append(text)
-            return super().count(text)
-
-    cm = ContextManager(
-        ModelSpec("test-model", 100_000),
-        workspace=tmp_path / "ws",
-        counter_factory=lambda: PromptCounter(Recording(), OpenAIFraming()),
-    )
+    cm, encoded = recording_manager(tmp_path)
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(12)])
         await s.prepare()
@@ -228,18 +217,7 @@ async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp
 
 
 async def test_an_over_long_result_is_encoded_once_at_ingest(tmp_path: Path) -> None:
-    encoded: list[str] = []
-
-    class Recording(HeuristicEncoder):
-        def count(self, text: str) -> int:
-            encoded.append(text)
-            return super().count(text)
-
-    cm = ContextManager(
-        ModelSpec("test-model", 100_000),
-        workspace=tmp_path / "ws",
-        counter_factory=lambda: PromptCounter(Recording(), OpenAIFraming()),
-    )
+    cm, encoded = recording_manager(tmp_path)
     events: list[Event] = []
     cm.events.subscribe(events.append, "tool_result.truncated")
     huge = "log line with details\n" * 2_000

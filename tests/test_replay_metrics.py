@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,16 @@ from click.testing import CliRunner
 from conftest import mini_swe_agent_files, require_shared
 from contextkeep.cli.replay import measure, replay_command
 from contextkeep.messages import Message
-from contextkeep.replay.metrics import CacheModel, Pricing, extract_terms, shared_prefix_tokens
+from contextkeep.replay.metrics import (
+    CacheModel,
+    Pricing,
+    TrajectoryMetrics,
+    extract_terms,
+    shared_prefix_tokens,
+)
 from contextkeep.replay.presets import PRESETS, get_preset
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HeuristicEncoder, PlainFraming, PromptCounter
+from contextkeep.tokens import HeuristicEncoder, HFEncoder, PlainFraming, PromptCounter
 from contextkeep.view import View
 
 TOOL_OUTPUT = "def compute_total_price(items):\n" + "    total += 1\n" * 30 + "raise ValueError(4096)\n# end"
@@ -159,6 +166,43 @@ async def test_swe_agent_preset_masks_exactly_what_swe_agent_masked(tmp_path: Pa
     assert any(expected[n] for n in compared)
     for n in compared:
         assert ours[n] == expected[n], f"prompt of {n} messages"
+
+
+async def test_default_strategy_meets_the_cost_and_retention_targets_on_the_deepseek_runs(
+    tmp_path: Path, deepseek_tokenizer: Path
+) -> None:
+    """The figures docs/replay.md reports: 32,768 / 4,096, DeepSeek's tokenizer, deepseek-chat prices."""
+    files = mini_swe_agent_files()
+    if len(files) < 10:
+        pytest.skip(f"the 10 DeepSeek runs are not all in ../shared (found {len(files)})")
+    encoder = HFEncoder(deepseek_tokenizer)
+    totals: dict[str, list[TrajectoryMetrics]] = {"default": [], "rolling-mask": []}
+    for name, runs in totals.items():
+        for i, path in enumerate(files):
+            (trajectory,) = load_trajectories(path)
+            measured = await measure(
+                trajectory,
+                get_preset(name),
+                workspace=tmp_path / f"{name}-{i}",
+                window=32_768,
+                reserve=4_096,
+                encoder=encoder,
+            )
+            runs.append(measured.metrics)
+
+    def cost(runs: list[TrajectoryMetrics]) -> float:
+        return sum(m.cost for m in runs) / sum(m.raw_cost for m in runs)
+
+    def median_frr(runs: list[TrajectoryMetrics]) -> float:
+        return statistics.median(m.frr_in_view for m in runs if m.frr_in_view is not None)
+
+    default, rolling = totals["default"], totals["rolling-mask"]
+    assert sum(m.over_budget_calls for m in default) == 0
+    assert sum(m.invariant_violations for m in default) == 0
+    assert median_frr(default) >= 0.90
+    assert all(m.frr_recoverable == 1.0 for m in default if m.frr_recoverable is not None)
+    assert cost(default) <= 0.6
+    assert cost(default) < cost(rolling) and median_frr(default) >= median_frr(rolling)
 
 
 def test_every_preset_builds_a_valid_config() -> None:

@@ -25,6 +25,7 @@ from contextkeep.tokens import (
     encoder_from_spec,
     encoding_for_model,
 )
+from helpers import RecordingEncoder
 
 FILES = mini_swe_agent_files() or [None]
 
@@ -85,14 +86,9 @@ def test_thinking_mode_recounts_the_previous_turn_when_a_user_speaks(deepseek_to
 
 
 def test_messages_are_encoded_once() -> None:
-    calls: list[str] = []
-
-    class Recording(HeuristicEncoder):
-        def count(self, text: str) -> int:
-            calls.append(text)
-            return super().count(text)
-
-    counter = PromptCounter(Recording(), OpenAIFraming())
+    encoder = RecordingEncoder()
+    calls = encoder.encoded
+    counter = PromptCounter(encoder, OpenAIFraming())
     history = [Message("system", "s"), Message("user", "u")]
     for i in range(50):
         history.append(Message("assistant", f"reply {i}"))
@@ -101,14 +97,9 @@ def test_messages_are_encoded_once() -> None:
 
 
 def test_warming_counts_stand_ins_in_context_so_swapping_them_in_encodes_nothing() -> None:
-    calls: list[str] = []
-
-    class Recording(HeuristicEncoder):
-        def count(self, text: str) -> int:
-            calls.append(text)
-            return super().count(text)
-
-    counter = PromptCounter(Recording(), DeepSeekFraming())
+    encoder = RecordingEncoder()
+    calls = encoder.encoded
+    counter = PromptCounter(encoder, DeepSeekFraming())
     previews: dict[str, Message] = {}
 
     def stand_in(m: Message) -> Message | None:
