@@ -62,13 +62,42 @@ def test_incremental_counting_equals_a_fresh_count_after_any_edit(deepseek_token
     incremental = PromptCounter(encoder, DeepSeekFraming())
     messages = trajectory.messages
     prompts = [messages[:n] for n in range(2, len(messages), 7)]
-    # A compaction-like edit: the middle of the prompt changes, then it grows again.
+    # Compaction-like edits: the middle of the prompt changes in place (masking; a message turned
+    # into a user message; an assistant losing its tool call), then it grows again.
     edited = [*messages[:3], messages[3].with_text("[masked]"), *messages[4:30]]
-    for prompt in [*prompts, edited, edited + messages[30:35], messages[:10]]:
+    turned = [*edited[:5], Message("user", "now a user message"), *edited[6:]]
+    no_calls = [*turned[:8], Message("assistant", "no call"), *turned[9:]]
+    for prompt in [
+        *prompts,
+        messages[:30],
+        edited,
+        turned,
+        no_calls,
+        no_calls + messages[30:35],
+        messages[:10],
+    ]:
         fresh = PromptCounter(encoder, DeepSeekFraming())
         assert incremental.count_prompt(prompt, trajectory.tools) == fresh.count_prompt(
             prompt, trajectory.tools
         )
+
+
+def test_an_in_place_rewrite_that_changes_the_framing_is_recounted_from_there() -> None:
+    # Two results close the call group of an assistant with two calls; with one call the first does.
+    def prompt(calls: int) -> list[Message]:
+        made = tuple(ToolCall(f"c{i}", "bash", "{}") for i in range(calls))
+        return [
+            Message("system", "s"),
+            Message("user", "u"),
+            Message("assistant", "a", tool_calls=made),
+            Message("tool", "r0", tool_call_id="c0"),
+            Message("tool", "r1", tool_call_id="c1"),
+        ]
+
+    counter = PromptCounter(HeuristicEncoder(), DeepSeekFraming())
+    for calls in (2, 1, 2):
+        fresh = PromptCounter(HeuristicEncoder(), DeepSeekFraming()).count_prompt(prompt(calls))
+        assert counter.count_prompt(prompt(calls)) == fresh
 
 
 def test_thinking_mode_recounts_the_previous_turn_when_a_user_speaks(deepseek_tokenizer: Path) -> None:

@@ -12,6 +12,7 @@ import enum
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol, runtime_checkable
 
 from contextkeep.messages import Message
@@ -64,6 +65,8 @@ class _Prompt:
     """The last prompt counted, one entry per message (parallel lists: runs are copied in bulk)."""
 
     keys: list[str] = field(default_factory=list)
+    contexts: list[Hashable] = field(default_factory=list)
+    """Framing context each message was counted in."""
     states: list[FoldState] = field(default_factory=list)
     """Framing state after each message."""
     totals: list[int] = field(default_factory=list)
@@ -72,7 +75,7 @@ class _Prompt:
     """Index of the last user message at or before i (-1 if none)."""
 
     def head(self, n: int) -> _Prompt:
-        return _Prompt(self.keys[:n], self.states[:n], self.totals[:n], self.users[:n])
+        return _Prompt(self.keys[:n], self.contexts[:n], self.states[:n], self.totals[:n], self.users[:n])
 
 
 _REMEMBERED_TEXT = 4096
@@ -86,10 +89,13 @@ class PromptCounter:
         self.encoder = encoder
         self.framing = framing
         self.stand_in: Callable[[Message], Message | None] | None = None
-        """What a later view may show in place of a message (its masked preview). `warm` counts it
-        in the context its message was counted in, so a compaction pass finds the count cached."""
+        """What a later view may show in place of a message (its masked preview, framed alike: same
+        role and tool calls). `warm` counts it in the context its message was counted in, so a
+        compaction pass finds the count cached."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
         self._unwarmed: list[tuple[Message, Hashable, bool]] = []
+        self._stands_for: dict[str, str] = {}
+        """Key of each stand-in counted ahead -> key of the message it stands in for."""
         self._texts: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
         self._last = _Prompt()
@@ -133,12 +139,19 @@ class PromptCounter:
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         has_tools = bool(tools)
         old = self._last if has_tools == self._last_has_tools else _Prompt()
-        reuse = self._reusable_prefix(messages, old)
+        keys = [m.key for m in messages]
+        reuse = self._reusable_prefix(messages, keys, old)
+        turn_sensitive = self.framing.turn_sensitive
+        if reuse < len(keys) == len(old.keys) and not turn_sensitive:
+            # Messages rewritten in place (masking): when the framing states stay, only their counts change.
+            rewritten = self._rewritten(messages, keys, old, reuse, has_tools)
+            if rewritten is not None:
+                self._last = rewritten
+                return rewritten.totals[-1] + self.count_tools(tools)
         new = old if reuse == len(old.keys) else old.head(reuse)  # appending only: extend in place
         state = new.states[-1] if reuse else FoldState()
         total = new.totals[-1] if reuse else 0
         seen_user = new.users[-1] if reuse else -1
-        turn_sensitive = self.framing.turn_sensitive
         last_user = _last_user(messages, reuse, seen_user) if turn_sensitive else -1
         # Past the common prefix, line the previous prompt up with this one by their ends: a
         # compaction changes the front and the middle, the newest messages stay where they were.
@@ -155,6 +168,7 @@ class PromptCounter:
                     k += 1
                 delta = total - (old.totals[j - 1] if j else 0)
                 new.keys += old.keys[j:k]
+                new.contexts += old.contexts[j:k]
                 new.states += old.states[j:k]
                 new.totals += [t + delta for t in old.totals[j:k]]
                 new.users += [u - shift if u >= j else seen_user for u in old.users[j:k]]
@@ -166,6 +180,7 @@ class PromptCounter:
             total += self._message(m, context, in_last_turn or not turn_sensitive)
             seen_user = i if m.role == "user" else seen_user
             new.keys.append(m.key)
+            new.contexts.append(context)
             new.states.append(state)
             new.totals.append(total)
             new.users.append(seen_user)
@@ -178,10 +193,38 @@ class PromptCounter:
         """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
         return list(self._last.totals)
 
-    def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> int:
+    def _rewritten(
+        self, messages: Sequence[Message], keys: list[str], old: _Prompt, start: int, has_tools: bool
+    ) -> _Prompt | None:
+        """`old` with the messages that differ from `start` on counted anew, or None if the framing changed.
+
+        Only for framings that are not turn-sensitive (the only ones that read `users`).
+        """
+        contexts, states, totals, users = list(old.contexts), old.states, old.totals, old.users
+        deltas = [0] * (len(keys) - start)
+        cache, stands_for = self._cache, self._stands_for
+        for i in range(start, len(keys)):
+            key = keys[i]
+            if key == old.keys[i]:
+                continue
+            was = totals[i] - (totals[i - 1] if i else 0)
+            if stands_for.get(key) == old.keys[i]:  # a stand-in counted ahead, in this very context
+                n = cache.get((key, contexts[i], True))
+                if n is not None:
+                    deltas[i - start] = n - was
+                    continue
+            m = messages[i]
+            context, state = self.framing.step(m, _before(old, i), has_tools=has_tools)
+            if state != states[i]:
+                return None
+            contexts[i] = context
+            deltas[i - start] = self._message(m, context, True) - was
+        shifted = [t + d for t, d in zip(totals[start:], accumulate(deltas), strict=True)]
+        return _Prompt(keys, contexts, states, totals[:start] + shifted, users)
+
+    def _reusable_prefix(self, messages: Sequence[Message], keys: list[str], old: _Prompt) -> int:
         n = min(len(old.keys), len(messages))
-        keys = [m.key for m in messages[:n]]
-        if keys == old.keys[:n]:  # the common case, appending only: compared in one go
+        if keys[:n] == old.keys[:n]:  # the common case, appending only: compared in one go
             i = n
         else:
             i = next(j for j, (a, b) in enumerate(zip(keys, old.keys, strict=False)) if a != b)
@@ -218,6 +261,9 @@ class PromptCounter:
             other = self.stand_in(message) if self.stand_in is not None else None
             if other is not None and other.key != message.key:
                 self._message(other, context, in_last_turn)
+                if len(self._stands_for) >= self._cache_size:
+                    self._stands_for.clear()
+                self._stands_for[other.key] = message.key
 
 
 def _before(prompt: _Prompt, j: int) -> FoldState:
