@@ -6,10 +6,12 @@ Replays the longest shared trajectory (mini-swe-agent django__django-14997, ~260
 1. **Count-and-decide per call**: the work each library does before every model call when
    the window is large enough that nothing compacts. Median per call over `--repeat` replays,
    reported over the first and the last tenth of the calls. Between two checks the event loop
-   idles once, standing for the model call (every library gets it).
+   idles twice (every library gets both): once standing for the model call, once, after the
+   model's response is added, for the tools it asked for.
    - contextkeep: `await session.prepare(tools=...)`. Also printed, for late calls: the `add` of
-     the messages before the call (ingest), and the idle loop after it, where contextkeep counts
-     the masked previews of new tool outputs (`PromptCounter.warm`) while the model call is in flight.
+     the messages before the call (ingest), and what contextkeep does in the two idle loops:
+     it counts the masked previews of new tool outputs (`PromptCounter.warm`) while the model
+     call is in flight, and counts the model's response while the tools run (`add` schedules it).
    - AgentScope 2.0: `await agent.compress_context()` under its trigger (it counts and returns).
    - LangChain 1.x: `SummarizationMiddleware.before_model(state, runtime)` under its trigger.
 2. **One compaction pass** at late calls: the conversation is rebuilt up to the call, checked
@@ -434,8 +436,10 @@ class Row:
     effect: str = ""
     adds: list[float] = field(default_factory=list)
     """Seconds of `extend` (contextkeep: `add`, the ingest) before each call, medians per call."""
-    idles: list[float] = field(default_factory=list)
-    """Seconds of the idle loop after each check (contextkeep: the background warm-up)."""
+    during_call: list[float] = field(default_factory=list)
+    """Seconds of the idle loop standing for the model call (contextkeep: the background warm-up)."""
+    during_tools: list[float] = field(default_factory=list)
+    """Seconds of the idle loop standing for the tools (contextkeep: the response counted ahead)."""
     completed: list[CompressionCompleted] = field(default_factory=list)
     """contextkeep: the timed passes' own reports."""
 
@@ -453,30 +457,32 @@ class PerCall:
     """`check`, the figure compared across libraries."""
     adds: list[float]
     """`extend` before it (contextkeep: `add`, the ingest)."""
-    idles: list[float]
+    during_call: list[float]
     """The idle loop after it, standing for the model call (contextkeep: the background warm-up)."""
+    during_tools: list[float]
+    """The idle loop after the response is added, standing for the tools (contextkeep: counting ahead)."""
 
 
 async def replay_per_call(subject: Subject, calls: Sequence[int], repeat: int) -> PerCall:
-    """Per call: `extend` the messages before it, `check`, then `idle`; each timed, `repeat` replays."""
+    """Per call: `extend`, `check`, `idle` (the model), add the response, `idle` (the tools); timed."""
     messages = subject.trajectory.messages
-    checks: list[list[float]] = [[] for _ in calls]
-    adds: list[list[float]] = [[] for _ in calls]
-    idles: list[list[float]] = [[] for _ in calls]
+    samples: list[list[list[float]]] = [[[] for _ in calls] for _ in range(4)]
+    checks, adds, during_call, during_tools = samples
     for _ in range(repeat):
         await subject.open(HUGE_WINDOW)
         added = 0
         for i, index in enumerate(calls):
             adds[i].append((await timed(lambda: subject.extend(messages[added:index])))[0])  # noqa: B023
             checks[i].append((await timed(subject.check))[0])
-            idles[i].append((await timed(subject.idle))[0])
+            during_call[i].append((await timed(subject.idle))[0])
             await subject.extend(messages[index : index + 1])
+            during_tools[i].append((await timed(subject.idle))[0])
             added = index + 1
 
     def medians(samples: list[list[float]]) -> list[float]:
         return [statistics.median(s) for s in samples]
 
-    return PerCall(medians(checks), medians(adds), medians(idles))
+    return PerCall(*map(medians, samples))
 
 
 async def compaction_passes(subject: Subject, calls: Sequence[int], repeat: int) -> tuple[list[float], str]:
@@ -595,7 +601,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     passes,
                     effect,
                     per_call.adds,
-                    per_call.idles,
+                    per_call.during_call,
+                    per_call.during_tools,
                     list(completed),
                 )
             )
@@ -636,7 +643,8 @@ async def main_async(args: argparse.Namespace) -> None:
             offload = statistics.median(e.offload_ms for e in r.completed)
             print(
                 f"contextkeep ({r.counter}), late calls: add() {ms(r.adds[-tenth:]):.3f} ms, "
-                f"warm-up while the model call is in flight {ms(r.idles[-tenth:]):.3f} ms; "
+                f"in the background: while the model call is in flight {ms(r.during_call[-tenth:]):.3f} ms, "
+                f"while the tools run {ms(r.during_tools[-tenth:]):.3f} ms; "
                 f"offload per pass (one durable append) {offload:.3f} ms"
             )
     print(

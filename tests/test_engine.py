@@ -216,6 +216,27 @@ async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp
     assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
 
 
+async def test_the_models_response_is_counted_while_its_tools_run(tmp_path: Path) -> None:
+    cm, encoded = recording_manager(tmp_path)
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK, *rounds(3)])
+        await s.prepare(tools=tools)
+        await asyncio.sleep(0)
+        await s.add(call("c9", "make test"))
+        assert not any("make test" in t for t in encoded)  # add() itself does not wait for counting
+        await asyncio.sleep(0)  # the caller runs the tool: the loop counts the response meanwhile
+        assert sum("make test" in t for t in encoded) == 1
+        await s.add(result("c9", "all 12 tests passed"))
+        encoded.clear()
+        view = await s.prepare(tools=tools)
+    assert encoded == [next(t for t in encoded if "all 12 tests passed" in t)]  # only the new result
+    fresh, _ = recording_manager(tmp_path / "fresh")
+    async with fresh.session("c") as s:
+        await s.add(view.messages)
+        assert (await s.prepare(tools=tools)).tokens == view.tokens  # what was counted ahead is exact
+
+
 async def test_an_over_long_result_is_encoded_once_at_ingest(tmp_path: Path) -> None:
     cm, encoded = recording_manager(tmp_path)
     events: list[Event] = []

@@ -112,6 +112,8 @@ class Session:
         )
         self._usage = UsageState()
         self._max_tokens: int | None = None
+        self._tools: tuple[Tools] | None = None
+        """The tools of the last `prepare` (None before the first): what counting ahead counts with."""
         self._owner = uuid.uuid4().hex  # lease owner: this session object
         self.model_calls = 0
         self._recovered_from = 0
@@ -168,6 +170,8 @@ class Session:
                 self._extend(stamped)
                 for r in repairs:
                     self._emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
+                if self._tools is not None:
+                    asyncio.get_running_loop().call_soon(self._count_ahead, self._tools[0])
                 return stamped
             self._emit(StoreConflict(kind="transcript"))
             await _after_conflict(attempt)
@@ -199,7 +203,7 @@ class Session:
         """
         await self.load()
         self._tracker.require_complete()
-        self._max_tokens = max_tokens
+        self._max_tokens, self._tools = max_tokens, (tools,)
         budget = self.budget(max_tokens)
         view, tokens = self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
         trigger, target = self._trigger(budget), budget.tokens_at(self.config.target_ratio)
@@ -225,6 +229,17 @@ class Session:
             # Count masked previews ahead while the caller waits for the model, not before it calls.
             asyncio.get_running_loop().call_soon(self.counter.warm)
         return View(view, tokens, status, tuple(layers))
+
+    def _count_ahead(self, tools: Tools) -> None:
+        """Count what was just added while the caller is busy (running the tools a model asked for).
+
+        Counts are cached, so the next `prepare` only checks them; when it comes first, this
+        finds nothing left to count.
+        """
+        try:
+            self._compactor.measure(self._transcript, self._tracker.rounds, self._state, tools)
+        except Exception:  # the same error reaches the caller from prepare(), which can act on it
+            logger.debug("%s: counting ahead failed", self.conversation_id, exc_info=True)
 
     async def current_view(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
         """The view as it stands (after catching up with the store): no compaction, no events."""

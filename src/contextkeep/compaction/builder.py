@@ -11,6 +11,7 @@ appended since call N-1 (or to what the compaction changed).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -78,6 +79,8 @@ class ViewBuilder:
         self._base = 0
         self._marks = (0, 0)
         self._shown: list[Message] = []
+        self._varying: list[int] = []
+        """Positions in `_shown` of the messages the boundaries act on (tool outputs, media)."""
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
         self._sources: dict[str, Message] = {}
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
@@ -86,7 +89,7 @@ class ViewBuilder:
     def _forget_if_reconfigured(self) -> None:
         """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
         if _derivation(self.config, self.window) != self._derived_for:
-            self._derived_for, self._shown = _derivation(self.config, self.window), []
+            self._derived_for, self._shown, self._varying = _derivation(self.config, self.window), [], []
             self._derived.clear()
             self._sources.clear()
 
@@ -143,21 +146,22 @@ class ViewBuilder:
         base = _preamble_end(rounds)
         start = max(state.cut, first_droppable(rounds, self.config.pin_first_user)) if state.cut else base
         marks = (state.mask_boundary, max(state.mask_boundary, state.image_boundary))
-        shown = self._shown
+        shown, varying = self._shown, self._varying
         if base != self._base or len(shown) > len(transcript) - base:
-            self._base, shown = base, []  # a different conversation shape: start over
+            self._base, shown, varying = base, [], []  # a different conversation shape: start over
         elif marks != self._marks:
-            # Only messages between the old and the new boundaries change how they show.
+            # Only tool outputs and media between the old and the new boundaries change how they show.
             low = max(min(*marks, *self._marks) - base, 0)
             high = min(max(*marks, *self._marks) - base, len(shown))
-            for j in range(low, high):
-                m = transcript[base + j]
-                if m.role == "tool" or not (m.content is None or isinstance(m.content, str)):
-                    shown[j] = self._derive(m, base + j, state)  # nothing else depends on the boundaries
+            for j in varying[bisect_left(varying, low) : bisect_left(varying, high)]:
+                shown[j] = self._derive(transcript[base + j], base + j, state)
         self._marks = marks
         for i in range(base + len(shown), len(transcript)):
-            shown.append(self._derive(transcript[i], i, state))
-        self._shown = shown
+            m = transcript[i]
+            if m.role == "tool" or not (m.content is None or isinstance(m.content, str)):
+                varying.append(i - base)
+            shown.append(self._derive(m, i, state))
+        self._shown, self._varying = shown, varying
         return shown[start - base :]
 
     def _made(self, base: Message, text: str) -> Message:
@@ -183,7 +187,7 @@ class ViewBuilder:
         """A transcript message as the view shows it (cached: a compaction pass re-derives many)."""
         # Normalised flags: a message that masking cannot shorten shares one cache entry.
         masked = index < state.mask_boundary and self._maskable(m)
-        media = bool(m.media) and index < max(state.mask_boundary, state.image_boundary)
+        media = index < max(state.mask_boundary, state.image_boundary) and bool(m.media)
         key = (m.key, m.metadata.get(REF_KEY), masked, media)
         cached = self._derived.get(key)
         if cached is None:
