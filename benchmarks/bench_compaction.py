@@ -190,8 +190,8 @@ class ContextKeep(Subject):
         self, trajectory: Trajectory, counter: str, factory: Callable[[], PromptCounter], root: Path
     ) -> None:
         super().__init__(trajectory)
-        self.name, self.counter, self._factory, self._root = "contextkeep", counter, factory, root
-        self._workspace = LocalWorkspace(root)
+        self.name, self.counter, self._factory = "contextkeep", counter, factory
+        self._workspace = LocalWorkspace(root / counter.split(maxsplit=1)[0])  # its own: session ids repeat
         self._stack = contextlib.AsyncExitStack()
         self._opened = 0
         self._window = HUGE_WINDOW

@@ -3,7 +3,9 @@
 Replays the longest shared trajectory call by call. For each call it times
 (a) contextkeep's `PromptCounter.count_prompt` (cached per message, incremental) and
 (b) re-encoding the whole prompt with tiktoken, as a counter without a cache does.
-It prints the median cost over the first and the last tenth of the calls.
+It prints the median cost over the first and the last tenth of the calls, then how fast
+DeepSeek's `tokenizer.json` encodes every text of the shared trajectories through `tokenizers`
+itself and through `HFEncoder` (which splits the text itself, with the same counts).
 
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_counting.py [--trajectory P] [--repeat N]
 """
@@ -15,6 +17,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from contextkeep.formats import to_openai
@@ -80,6 +83,48 @@ def main() -> None:
         early, late = statistics.median(costs[:tenth]), statistics.median(costs[-tenth:])
         ratio = reencode_late / late
         print(f"{name:48} {early * 1e3:9.3f} {late * 1e3:9.3f} {late / early:10.2f} {ratio:17.1f}x")
+
+    if deepseek.exists():
+        encoder_throughput(deepseek, args.repeat)
+
+
+def encoder_throughput(path: Path, repeat: int) -> None:
+    """MB/s over every message text and tool-call argument of the shared trajectories (best of `repeat`)."""
+    from tokenizers import Tokenizer
+
+    texts = [
+        t
+        for p in sorted((SHARED / "trajectories").glob("*/*.traj*"))
+        for trajectory in load_trajectories(p)
+        for m in trajectory.messages
+        for t in (m.text, *(c.arguments for c in m.tool_calls))
+        if t
+    ]
+    megabytes = sum(len(t.encode()) for t in texts) / 1e6
+    reference = Tokenizer.from_file(str(path))
+    warm = HFEncoder(path)
+
+    def rate(setup: Callable[[], Callable[[str], object]]) -> float:
+        seconds = []
+        for _ in range(repeat):
+            count = setup()  # not timed
+            t0 = time.perf_counter()
+            for t in texts:
+                count(t)
+            seconds.append(time.perf_counter() - t0)
+        return megabytes / min(seconds)
+
+    def encode(text: str) -> object:
+        return reference.encode(text, add_special_tokens=False)
+
+    rows = [
+        ("tokenizers, Tokenizer.encode", rate(lambda: encode)),
+        ("HFEncoder, first time (new encoder)", rate(lambda: HFEncoder(path).count)),
+        ("HFEncoder, pieces seen before", rate(lambda: warm.count)),
+    ]
+    print(f"\nDeepSeek tokenizer.json over {len(texts)} trajectory texts ({megabytes:.1f} MB):")
+    for name, mb_s in rows:
+        print(f"  {name:38} {mb_s:6.2f} MB/s")
 
 
 if __name__ == "__main__":

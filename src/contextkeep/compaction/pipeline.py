@@ -187,7 +187,8 @@ class Compactor:
         out = p.out
         if new == out.state:
             return
-        new = new.evolve(progress_shown=len(new.progress))  # the prefix changes anyway: show progress now
+        if new.progress_shown != len(new.progress):  # the prefix changes anyway: show progress now
+            new = new.evolve(progress_shown=len(new.progress))
         view, tokens = self.measure(p.transcript, p.rounds, new, p.tools)
         record = CompactionRecord(layer, p.reason, out.tokens, tokens, span[0], span[1], references)
         out.state = new.evolve(records=(*new.records, record))
