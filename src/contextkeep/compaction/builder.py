@@ -80,7 +80,7 @@ class ViewBuilder:
         self._marks = (0, 0)
         self._shown: list[Message] = []
         self._varying: list[int] = []
-        """Positions in `_shown` of the messages the boundaries act on (tool outputs, media)."""
+        """Positions in `_shown` of the messages the boundaries act on (long tool outputs, media)."""
         self._derived: dict[tuple[str, object, bool, bool], Message] = {}
         self._sources: dict[str, Message] = {}
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
@@ -150,7 +150,7 @@ class ViewBuilder:
         if base != self._base or len(shown) > len(transcript) - base:
             self._base, shown, varying = base, [], []  # a different conversation shape: start over
         elif marks != self._marks:
-            # Only tool outputs and media between the old and the new boundaries change how they show.
+            # Only long tool outputs and media between the old and the new boundaries change how they show.
             low = max(min(*marks, *self._marks) - base, 0)
             high = min(max(*marks, *self._marks) - base, len(shown))
             for j in varying[bisect_left(varying, low) : bisect_left(varying, high)]:
@@ -158,7 +158,7 @@ class ViewBuilder:
         self._marks = marks
         for i in range(base + len(shown), len(transcript)):
             m = transcript[i]
-            if m.role == "tool" or not (m.content is None or isinstance(m.content, str)):
+            if self._maskable(m) or not (m.content is None or isinstance(m.content, str)):
                 varying.append(i - base)
             shown.append(self._derive(m, i, state))
         self._shown, self._varying = shown, varying
