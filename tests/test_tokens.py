@@ -244,4 +244,6 @@ def test_front_edits_reuse_the_unchanged_tail_exactly(deepseek_tokenizer: Path, 
             prompt, trajectory.tools
         )
         assert counter.count_prompt(prompt, trajectory.tools) == fresh
-        assert counter.last_totals()[-1] + counter.count_tools(trajectory.tools) == fresh
+        totals = counter.last_totals(prompt)
+        assert totals is not None and totals[-1] + counter.count_tools(trajectory.tools) == fresh
+        assert counter.last_totals(list(prompt)) is None  # another prompt, however alike

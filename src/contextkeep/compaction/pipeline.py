@@ -266,8 +266,9 @@ class Compactor:
     ) -> list[int]:
         # The view ends with the transcript's tail (from the cut), so index arithmetic finds each message.
         shift = len(view) - len(transcript)
-        totals: list[int] = getattr(self.counter, "last_totals", list)()
-        if len(totals) == len(view):  # the counter's last prompt is this view: reuse its counts
+        last = getattr(self.counter, "last_totals", None)
+        totals: list[int] | None = last(view) if last is not None else None
+        if totals is not None:  # the counter's last prompt is this view: reuse its counts
             return [
                 totals[shift + r.end - 1] - (totals[shift + r.start - 1] if shift + r.start else 0)
                 for r in rounds

@@ -72,10 +72,11 @@ class CalibratedCounter:
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         return self.scale(self.base.count_prompt(messages, tools))
 
-    def last_totals(self) -> list[int]:
-        """The base counter's cumulative totals of its last prompt, scaled."""
-        totals: list[int] = getattr(self.base, "last_totals", list)()
-        return [self.scale(t) for t in totals]
+    def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
+        """The base counter's cumulative totals of `messages` if it counted them last, scaled."""
+        last = getattr(self.base, "last_totals", None)
+        totals: list[int] | None = last(messages) if last is not None else None
+        return None if totals is None else [self.scale(t) for t in totals]
 
     def raw_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         """The base counter's unscaled count (what `observe` expects as `local`)."""

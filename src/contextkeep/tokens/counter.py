@@ -99,6 +99,7 @@ class PromptCounter:
         self._texts: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
         self._last = _Prompt()
+        self._last_messages: Sequence[Message] = ()
         self._last_has_tools = False
         self._tools_ref: tuple[Tools | None, int] = (None, 0)
         self._tools_text: tuple[str | None, int] = (None, 0)
@@ -146,7 +147,7 @@ class PromptCounter:
             # Messages rewritten in place (masking): when the framing states stay, only their counts change.
             rewritten = self._rewritten(messages, keys, old, reuse, has_tools)
             if rewritten is not None:
-                self._last = rewritten
+                self._last, self._last_messages = rewritten, messages
                 return rewritten.totals[-1] + self.count_tools(tools)
         new = old if reuse == len(old.keys) else old.head(reuse)  # appending only: extend in place
         state = new.states[-1] if reuse else FoldState()
@@ -185,13 +186,14 @@ class PromptCounter:
             new.totals.append(total)
             new.users.append(seen_user)
             i += 1
-        self._last = new
+        self._last, self._last_messages = new, messages
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
-    def last_totals(self) -> list[int]:
-        """Cumulative message tokens of the last prompt counted (no tools): entry i covers messages 0..i."""
-        return list(self._last.totals)
+    def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
+        """Cumulative message tokens (no tools) of `messages`, entry i covering 0..i, if they are the
+        very sequence counted last (the same object); None otherwise."""
+        return list(self._last.totals) if messages is self._last_messages else None
 
     def _rewritten(
         self, messages: Sequence[Message], keys: list[str], old: _Prompt, start: int, has_tools: bool
