@@ -299,6 +299,9 @@ class ProbeStore:
         self.conflicts["save_document"] += not ok
         return ok
 
+    async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        return await self.inner.list_scopes(conversation_id, kind)
+
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         ok = await self.inner.acquire_lease(conversation_id, name, owner, ttl_ms)
         self.leases.append(ok)

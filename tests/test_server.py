@@ -56,6 +56,25 @@ async def client(tmp_path):
         yield c
 
 
+async def test_usage_lists_every_scope_that_recorded_a_call(tmp_path: Path) -> None:
+    m = make_manager(tmp_path)
+    await fill(m, steps=2)
+    async with m.session(CONV, agent_id="reviewer", agent_version="3") as s:  # another agent, same chat
+        await s.add({"role": "user", "content": "review it"})
+        view = await s.prepare()
+        await s.record({"role": "assistant", "content": "looks fine"}, Usage(view.tokens, 7))
+    app = create_app(ServerSettings(), manager=m)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        scopes = (await c.get(f"/api/conversations/{CONV}/usage")).json()
+        assert (await c.get("/api/conversations/nope/usage")).status_code == 404
+    assert [(u["scope"], u["served"]) for u in scopes] == [
+        ("default|0|test-model", True),
+        ("reviewer|3|test-model", False),
+    ]
+    assert scopes[1]["output_tokens"] == 7 and scopes[1]["status"] == "CONFIRMED_BASELINE"
+    assert scopes[1]["baseline"] == view.tokens + 7
+
+
 async def test_conversations_status_and_view(client):
     listed = (await client.get("/api/conversations")).json()
     assert [c["id"] for c in listed] == [CONV]

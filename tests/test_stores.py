@@ -261,6 +261,36 @@ async def test_document_compare_and_set(backend: Backend, store: Store):
     assert await store.load_document(conv(), "compaction") == Document({}, 0)
 
 
+async def test_list_scopes_names_each_saved_document_of_a_kind(backend: Backend, store: Store):
+    c, other = conv(), conv()
+    assert await store.list_scopes(c, "usage") == []
+    for scope in ("b|1|m", "a|1|m", "odd } % [*]? scope"):
+        assert await store.save_document(c, "usage", {"n": 1}, expected_version=0, scope=scope)
+    assert await store.save_document(c, "usage", {"n": 2}, expected_version=1, scope="a|1|m")  # no repeat
+    assert not await store.save_document(c, "usage", {"n": 3}, expected_version=5, scope="never|saved|m")
+    assert await store.save_document(c, "compaction", {}, expected_version=0)
+    assert await store.save_document(other, "usage", {}, expected_version=0, scope="z|1|m")
+    expected = sorted(["a|1|m", "b|1|m", "odd } % [*]? scope"])
+    assert await backend.reopen(store).list_scopes(c, "usage") == expected
+    assert await store.list_scopes(c, "compaction") == [""]
+    assert await store.list_scopes(other, "usage") == ["z|1|m"]
+
+
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+async def test_a_layout_1_redis_store_indexes_its_documents_on_first_use(backend: Backend):
+    url = backend.url()
+    store = backend.open(url)
+    c = "conv } with % braces"
+    assert await store.save_document(c, "usage", {"n": 1}, expected_version=0, scope="agent|1|m")
+    assert isinstance(store, RedisStore)
+    # What layout 1 held: the document without its scope set.
+    await store.client.delete(store._scopes_key(c, "usage"))
+    await _force_version(store, 1)
+    upgraded = backend.open(url)
+    assert await upgraded.list_scopes(c, "usage") == ["agent|1|m"]
+    assert int(await store.client.get(f"{store.key_prefix}schema_version")) == 2
+
+
 async def test_concurrent_document_saves_one_wins_per_version(backend: Backend, store: Store):
     c = conv()
     instances = [store, backend.reopen(store)]

@@ -19,7 +19,19 @@ from typing import Any
 
 from contextkeep.usage import Usage
 
-__all__ = ["BaselineFigures", "UsageState", "UsageStatus", "figures", "observe_usage", "scope_key", "ui_text"]
+__all__ = [
+    "USAGE_DOCUMENT",
+    "BaselineFigures",
+    "UsageState",
+    "UsageStatus",
+    "figures",
+    "observe_usage",
+    "scope_key",
+    "ui_text",
+]
+
+USAGE_DOCUMENT = "usage"
+"""The store document kind a :class:`UsageState` is saved under, one per scope (:func:`scope_key`)."""
 
 
 class UsageStatus(enum.StrEnum):

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextkeep._ingest import Ingest, as_messages, reply_message
-from contextkeep.baseline import UsageState, figures, observe_usage, scope_key
+from contextkeep.baseline import USAGE_DOCUMENT, UsageState, figures, observe_usage, scope_key
 from contextkeep.budget import Budget, resolve_reserved_output
 from contextkeep.compaction.builder import ViewBuilder
 from contextkeep.compaction.pipeline import Compactor, Outcome
@@ -55,7 +55,6 @@ __all__ = ["Session"]
 logger = logging.getLogger("contextkeep.session")
 
 _COMPACTION = "compaction"
-_USAGE = "usage"
 _CAS_ATTEMPTS = 24
 
 
@@ -140,7 +139,7 @@ class Session:
         doc = await store.load_document(self.conversation_id, _COMPACTION)
         if doc.version != self._state.version:
             self._state = CompactionState.from_dict({**doc.data, "version": doc.version})
-        usage = await store.load_document(self.conversation_id, _USAGE, self.scope)
+        usage = await store.load_document(self.conversation_id, USAGE_DOCUMENT, self.scope)
         if usage.version != self._usage.version:
             self._usage = UsageState.from_dict(usage.data, usage.version)
 
@@ -461,7 +460,7 @@ class Session:
                 return
             ok = await self.manager.store.save_document(
                 self.conversation_id,
-                _USAGE,
+                USAGE_DOCUMENT,
                 new.to_dict(),
                 expected_version=self._usage.version,
                 scope=self.scope,

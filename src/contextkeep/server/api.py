@@ -1,4 +1,5 @@
-"""REST endpoints under `/api`: conversations, status, current view, records, transcript, references."""
+"""REST endpoints under `/api`: conversations, status, usage scopes, current view, records, transcript,
+references."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import PlainTextResponse
 
+from contextkeep.baseline import USAGE_DOCUMENT, UsageState
 from contextkeep.errors import UnsafePathError, WorkspaceError
 from contextkeep.messages import message_to_dict
 from contextkeep.server.context import ServerContext, context, known_conversation
@@ -57,6 +59,26 @@ async def status(ck: Ctx, conversation_id: Conversation) -> JSON:
             "breaker_open": state.breaker_open,
             "live": ck.proxy is not None and ck.proxy.is_live(conversation_id),
         }
+
+
+@router.get("/conversations/{conversation_id}/usage", summary="Confirmed usage of every scope")
+async def usage(ck: Ctx, conversation_id: Conversation) -> list[JSON]:
+    """The confirmed-usage state saved for each scope (agent id | agent version | model key).
+
+    `served` marks the scope this server's own views and proxy use (`status` reports it in full).
+    """
+    store = ck.manager.store
+    async with ck.reader.open(conversation_id) as session:
+        served = session.scope
+    out = []
+    for scope in await store.list_scopes(conversation_id, USAGE_DOCUMENT):
+        doc = await store.load_document(conversation_id, USAGE_DOCUMENT, scope)
+        state = UsageState.from_dict(doc.data, doc.version)
+        out.append(
+            {"scope": scope, "served": scope == served, "version": doc.version, "valid": state.valid}
+            | state.to_dict()
+        )
+    return out
 
 
 @router.get("/conversations/{conversation_id}/view", summary="What the model sees next")

@@ -67,6 +67,10 @@ class Store(Protocol):
         """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
         ...
 
+    async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        """The scopes holding a saved document of `kind` for the conversation, sorted."""
+        ...
+
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
         ...

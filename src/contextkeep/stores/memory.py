@@ -59,6 +59,9 @@ class MemoryStore:
             self._documents[key] = Document(dict(data), expected_version + 1)
             return True
 
+    async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        return sorted(scope for (c, k, scope) in self._documents if c == conversation_id and k == kind)
+
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         async with self._lock:
             now = time.monotonic()

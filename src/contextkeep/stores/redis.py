@@ -13,6 +13,8 @@ percent-escaped so no id can end the tag early or collide with another's keys.
 The set of conversation ids lives in its own slot, so it is updated outside the
 append script: *before* a transcript's first append, which means it may name a
 conversation whose first append failed, never miss one; listing filters those.
+The scopes saved for each conversation and document kind are a set in the
+conversation's slot, added to by the save script itself.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ _log = logging.getLogger("contextkeep.stores")
 DEFAULT_KEY_PREFIX = "ck:"
 """Prefix of every key unless configured otherwise."""
 
-SCHEMA_VERSION = 1
-"""Layout version of the keys below, stored under `{key_prefix}schema_version`."""
+SCHEMA_VERSION = 2
+"""Layout version of the keys below, stored under `{key_prefix}schema_version`.
+
+1: transcripts, documents, leases, the conversation set. 2: adds the scope sets (`list_scopes`);
+a layout-1 store is upgraded on first use by indexing the documents it holds."""
 
 # Lua caps the values one unpack() may spread, so long appends push in chunks.
 _APPEND = """
@@ -53,6 +58,7 @@ _SAVE_DOCUMENT = """
 local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if stored ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'version', stored + 1, 'data', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
 return 1
 """
 
@@ -121,6 +127,9 @@ class RedisStore:
     def _document_key(self, conversation_id: str, kind: str, scope: str) -> str:
         return self._key(conversation_id, "doc:" + _dumps([kind, scope]))
 
+    def _scopes_key(self, conversation_id: str, kind: str) -> str:
+        return self._key(conversation_id, "scopes:" + _dumps(kind))
+
     @property
     def _conversations_key(self) -> str:
         return f"{self._prefix}conversations"
@@ -181,9 +190,15 @@ class RedisStore:
         """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
         body = _dumps(dict(data))
         async with self._errors("save_document"):
-            key = self._document_key(conversation_id, kind, scope)
-            won = await self._save_document(keys=[key], args=[expected_version, body])
+            keys = [self._document_key(conversation_id, kind, scope), self._scopes_key(conversation_id, kind)]
+            won = await self._save_document(keys=keys, args=[expected_version, body, scope])
         return bool(won)
+
+    async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        """The scopes holding a saved document of `kind` for the conversation, sorted."""
+        async with self._errors("list_scopes"):
+            members = await self._client.smembers(self._scopes_key(conversation_id, kind))
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
@@ -258,7 +273,21 @@ class RedisStore:
                 f"newer than this contextkeep knows ({SCHEMA_VERSION}): upgrade contextkeep here; "
                 "`contextkeep migrate --store URL` only upgrades older layouts"
             )
+        if found < 2:
+            await self._index_scopes()
+            await self._client.set(self._version_key, SCHEMA_VERSION)
         self._checked = True
+
+    async def _index_scopes(self) -> None:
+        """Layout 1 to 2: add every stored document's scope to its set (idempotent, so racing is harmless)."""
+        marker = "}:doc:"
+        pattern = _glob_escape(self._prefix) + "{*" + marker + "*"
+        async for key in self._client.scan_iter(match=pattern, count=500):
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            tag, _, body = text[len(self._prefix) + 1 :].partition(marker)  # a tag holds no "}"
+            kind, scope = json.loads(body)
+            conversation_id = tag.replace("%7D", "}").replace("%25", "%")
+            await self._client.sadd(self._scopes_key(conversation_id, kind), scope)
 
 
 def _glob_escape(text: str) -> str:

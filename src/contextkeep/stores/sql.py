@@ -284,6 +284,20 @@ class SQLStore:
 
         return await self._compare_and_set("save_document", work)
 
+    async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        """The scopes holding a saved document of `kind` for the conversation, sorted."""
+        table = self._tables.documents
+        query = (
+            sa.select(table.c.scope)
+            .where(table.c.conversation_id == conversation_id, table.c.kind == kind)
+            .order_by(table.c.scope)
+        )
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            return [str(scope) for scope in (await conn.scalars(query)).all()]
+
+        return sorted(await self._transaction("list_scopes", work, write=False))  # one collation for all
+
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
         for what, value in (("conversation id", conversation_id), ("lease name", name), ("owner", owner)):
