@@ -230,7 +230,7 @@ class RedisStore:
     # -- schema ---------------------------------------------------------------------------
 
     async def migrate(self) -> int:
-        """Record (or check) the key layout version; the version."""
+        """Record, check or upgrade the key layout version; the version reached."""
         async with self._errors("migrate", check=False):
             await self._check_version()
         return SCHEMA_VERSION
