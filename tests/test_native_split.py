@@ -96,6 +96,15 @@ def test_generated_text_counts_the_same(encoder: HFEncoder, reference: Tokenizer
     assert encoder.count(text) == len(reference.encode(text, add_special_tokens=False).ids)
 
 
+def test_counts_stay_exact_when_the_piece_memo_starts_over(
+    deepseek_tokenizer: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("contextkeep.tokens._pieces._MAX_PIECES", 8)
+    encoder = HFEncoder(deepseek_tokenizer)
+    texts = [f"step {i}: ran `pytest -k case_{i}` -> {i * 7} passed, 0 failed\n" * 3 for i in range(40)]
+    assert [encoder.count(t) for t in texts * 2] == _reference_counts(reference, texts * 2)
+
+
 def test_a_pipeline_it_cannot_follow_is_left_to_tokenizers(tmp_path: Path, deepseek_tokenizer: Path) -> None:
     config = json.loads(deepseek_tokenizer.read_text(encoding="utf-8"))
     config["normalizer"] = {"type": "NFC"}

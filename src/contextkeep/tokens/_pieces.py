@@ -80,15 +80,19 @@ class PieceCounter:
         pieces = [x for part in parts for x in self._final(part)]
         memo = self._memo
         try:
-            return sum(map(memo.__getitem__, pieces))
+            return sum(map(memo.__getitem__, pieces))  # every piece seen before: the common case
         except KeyError:
-            if len(memo) > _MAX_PIECES:
-                memo.clear()
-            table = _byte_chars()
-            for piece in pieces:
-                if piece not in memo:
-                    memo[piece] = len(self._tokenize("".join(table[b] for b in piece.encode())))
-            return sum(map(memo.__getitem__, pieces))
+            pass
+        if len(memo) > _MAX_PIECES:
+            memo.clear()
+        table = _byte_chars()
+        total = 0
+        for piece in pieces:
+            n = memo.get(piece)
+            if n is None:
+                n = memo[piece] = len(self._tokenize("".join(table[b] for b in piece.encode())))
+            total += n
+        return total
 
 
 class _AddedTokens:
