@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from contextkeep.models.openai import OpenAIAdapter
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
+from contextkeep.usage import Usage
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -187,3 +189,27 @@ def test_indicator_follows_a_live_workload(browser, tmp_path):
         shot = artifacts / "dashboard.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"dashboard screenshot: {shot}")
+
+
+async def _two_agents(store: str, workspace: Path) -> None:
+    """One conversation in which two agents (the server's default scope and a reviewer) recorded calls."""
+    m = ContextManager(ModelSpec(MODEL, WINDOW), store=store, workspace=workspace, tokenizer=TOKENIZER)
+    for agent_id, text in (("default", "write it"), ("reviewer", "review it")):
+        async with m.session("shared", agent_id=agent_id) as s:
+            await s.add({"role": "user", "content": text})
+            view = await s.prepare()
+            await s.record({"role": "assistant", "content": "done"}, Usage(view.tokens, 5))
+    await m.close()
+
+
+def test_the_indicator_names_the_other_agents_of_a_conversation(browser, tmp_path):
+    store, workspace = f"sqlite:///{tmp_path / 'ck.db'}", tmp_path / "ws"
+    with ThreadPoolExecutor(1) as pool:  # playwright's sync API holds this thread's event loop
+        pool.submit(asyncio.run, _two_agents(store, workspace)).result(60)
+    settings = ServerSettings(store=store, workspace=str(workspace), model=MODEL, window=WINDOW)
+    with BackgroundServer(create_app(settings)) as server:
+        page = browser.new_page()
+        page.goto(f"{server.url}#shared")
+        page.wait_for_selector(f'#scopes li[data-scope="reviewer|0|{MODEL}"]')
+        assert page.locator("#scopes li").count() == 1  # the server's own scope is the gauge above
+        assert "tokens confirmed · CONFIRMED_BASELINE" in page.locator("#scopes").inner_text()

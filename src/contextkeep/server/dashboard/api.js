@@ -10,6 +10,7 @@ export async function getJSON(path) {
 
 export const conversations = () => getJSON("/api/conversations");
 export const status = (id) => getJSON(`/api/conversations/${enc(id)}/status`);
+export const usage = (id) => getJSON(`/api/conversations/${enc(id)}/usage`);
 export const compactions = (id) => getJSON(`/api/conversations/${enc(id)}/compactions`);
 export const currentView = (id) => getJSON(`/api/conversations/${enc(id)}/view`);
 export const calls = (id) => getJSON(`/api/conversations/${enc(id)}/calls`);

@@ -1,7 +1,7 @@
 // The dashboard: pick a conversation, keep it current from the event stream.
 import * as api from "./api.js";
 import { h, time } from "./dom.js";
-import { showLocal, showUsage } from "./indicator.js";
+import { showLocal, showScopes, showUsage } from "./indicator.js";
 import { showCalls, showView } from "./inspector.js";
 import { showTimeline } from "./timeline.js";
 
@@ -35,9 +35,12 @@ async function loadConversations() {
 async function refresh() {
   if (!current) return;
   const id = current;
-  const [status, records, calls] = await Promise.all([api.status(id), api.compactions(id), api.calls(id)]);
+  const [status, scopes, records, calls] = await Promise.all([
+    api.status(id), api.usage(id), api.compactions(id), api.calls(id),
+  ]);
   if (id !== current) return;
   showUsage(status.usage);
+  showScopes(scopes);
   showLocal(status.context);
   showTimeline(records.records, openReference);
   showCalls(callSelect, calls, callSelect.value);

@@ -1,5 +1,5 @@
 // The context-window indicator: provider-confirmed usage (the seed's UI states) and the local count.
-import { percent, setBar, tokens } from "./dom.js";
+import { h, percent, setBar, tokens } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -25,6 +25,14 @@ export function showUsage(usage) {
   $("confirmed-text").textContent = usage.ui_text;
   $("confirmed-text").title = usage.ui_text_zh;
   setBar($("confirmed-bar"), usage.valid ? usage.ratio : null, card.dataset.usage);
+}
+
+// Other agents (or models) that recorded calls in this conversation: their own confirmed usage.
+export function showScopes(scopes) {
+  const others = scopes.filter((s) => !s.served);
+  $("scopes").hidden = others.length === 0;
+  $("scopes").replaceChildren(...others.map((s) =>
+    h("li", { dataset: { scope: s.scope } }, `also ${s.scope}: ${tokens(s.baseline)} tokens confirmed · ${s.status}`)));
 }
 
 // `status` is a context.status event (or the API's `context`): a local count of the view.
