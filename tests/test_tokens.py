@@ -82,6 +82,22 @@ def test_incremental_counting_equals_a_fresh_count_after_any_edit(deepseek_token
         )
 
 
+def test_a_list_edited_in_place_between_two_counts_is_counted_as_it_now_is() -> None:
+    history = [Message("system", "s"), Message("user", "u")]
+    for i in range(4):
+        history += [
+            Message("assistant", f"step {i}", tool_calls=(ToolCall(f"c{i}", "bash", "{}"),)),
+            Message("tool", f"output {i} " * 30, tool_call_id=f"c{i}"),
+        ]
+    counter = PromptCounter(HeuristicEncoder(), DeepSeekFraming())
+    counter.count_prompt(history)
+    history[3] = history[3].with_text("[masked]")  # the caller's own list, edited in place
+    history.append(Message("user", "next"))
+    assert counter.count_prompt(history) == PromptCounter(HeuristicEncoder(), DeepSeekFraming()).count_prompt(
+        history
+    )
+
+
 def test_an_in_place_rewrite_that_changes_the_framing_is_recounted_from_there() -> None:
     # Two results close the call group of an assistant with two calls; with one call the first does.
     def prompt(calls: int) -> list[Message]:

@@ -99,7 +99,10 @@ class PromptCounter:
         self._texts: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
         self._last = _Prompt()
-        self._last_messages: Sequence[Message] = ()
+        self._last_counted: Sequence[Message] = ()
+        """The sequence object counted last (`last_totals` answers for it only)."""
+        self._last_messages: list[Message] = []
+        """A copy of its messages: the caller may edit its list in place before the next count."""
         self._last_has_tools = False
         self._tools_ref: tuple[Tools | None, int] = (None, 0)
         self._tools_text: tuple[str | None, int] = (None, 0)
@@ -140,14 +143,13 @@ class PromptCounter:
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         has_tools = bool(tools)
         old = self._last if has_tools == self._last_has_tools else _Prompt()
-        keys = [m.key for m in messages]
-        reuse = self._reusable_prefix(messages, keys, old)
+        reuse = self._reusable_prefix(messages, old)
         turn_sensitive = self.framing.turn_sensitive
-        if reuse < len(keys) == len(old.keys) and not turn_sensitive:
+        if reuse < len(messages) == len(old.keys) and not turn_sensitive:
             # Messages rewritten in place (masking): when the framing states stay, only their counts change.
-            rewritten = self._rewritten(messages, keys, old, reuse, has_tools)
+            rewritten = self._rewritten(messages, old, reuse, has_tools)
             if rewritten is not None:
-                self._last, self._last_messages = rewritten, messages
+                self._remember(rewritten, messages)
                 return rewritten.totals[-1] + self.count_tools(tools)
         new = old if reuse == len(old.keys) else old.head(reuse)  # appending only: extend in place
         state = new.states[-1] if reuse else FoldState()
@@ -186,22 +188,26 @@ class PromptCounter:
             new.totals.append(total)
             new.users.append(seen_user)
             i += 1
-        self._last, self._last_messages = new, messages
+        self._remember(new, messages)
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
     def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
         """Cumulative message tokens (no tools) of `messages`, entry i covering 0..i, if they are the
         very sequence counted last (the same object); None otherwise."""
-        return list(self._last.totals) if messages is self._last_messages else None
+        return list(self._last.totals) if messages is self._last_counted else None
+
+    def _remember(self, prompt: _Prompt, messages: Sequence[Message]) -> None:
+        self._last, self._last_counted, self._last_messages = prompt, messages, list(messages)
 
     def _rewritten(
-        self, messages: Sequence[Message], keys: list[str], old: _Prompt, start: int, has_tools: bool
+        self, messages: Sequence[Message], old: _Prompt, start: int, has_tools: bool
     ) -> _Prompt | None:
         """`old` with the messages that differ from `start` on counted anew, or None if the framing changed.
 
         Only for framings that are not turn-sensitive (the only ones that read `users`).
         """
+        keys = [m.key for m in messages]
         contexts, states, totals, users = list(old.contexts), old.states, old.totals, old.users
         deltas = [0] * (len(keys) - start)
         cache, stands_for = self._cache, self._stands_for
@@ -224,12 +230,18 @@ class PromptCounter:
         shifted = [t + d for t, d in zip(totals[start:], accumulate(deltas), strict=True)]
         return _Prompt(keys, contexts, states, totals[:start] + shifted, users)
 
-    def _reusable_prefix(self, messages: Sequence[Message], keys: list[str], old: _Prompt) -> int:
+    def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> int:
         n = min(len(old.keys), len(messages))
-        if keys[:n] == old.keys[:n]:  # the common case, appending only: compared in one go
+        last = self._last_messages
+        # The common case, appending to the same message objects: a list comparison that stops at
+        # identity (rebuilt messages would be compared field by field: they go by their keys).
+        same_objects = old is self._last and n > 0 and messages[n - 1] is last[n - 1]
+        if same_objects and list(messages[:n]) == last[:n]:
             i = n
         else:
-            i = next(j for j, (a, b) in enumerate(zip(keys, old.keys, strict=False)) if a != b)
+            keys = [m.key for m in messages[:n]]
+            differ = (j for j, (a, b) in enumerate(zip(keys, old.keys, strict=False)) if a != b)
+            i = n if keys == old.keys[:n] else next(differ)
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
             # A new user message changes how the previous turn renders: recount from its start.
             i = min(i, max(old.users[i - 1], 0) if i else 0)
