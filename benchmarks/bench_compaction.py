@@ -33,7 +33,9 @@ Run it in a separate environment that holds the comparison libraries (from the r
     python -m venv .bench && .bench/bin/pip install -e . -r benchmarks/requirements-compare.txt
     TIKTOKEN_CACHE_DIR=../shared/tokenizers .bench/bin/python benchmarks/bench_compaction.py [--repeat N]
 
-A comparison library that is not installed is skipped with a note (contextkeep alone still runs).
+`--messages 2600 --calls-only` repeats the trajectory's rounds (tool call ids renamed) and measures
+the per-call figure only, to see how it grows with a much longer history. A comparison library
+that is not installed is skipped with a note (contextkeep alone still runs).
 `--profile` prints cProfile hot spots of contextkeep's per-call and pass paths.
 """
 
@@ -58,7 +60,7 @@ import tracemalloc
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -67,7 +69,7 @@ from contextkeep.events import CompressionCompleted, Event
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
 from contextkeep.offload import LocalWorkspace
-from contextkeep.replay.trajectories import Trajectory, load_trajectories
+from contextkeep.replay.trajectories import RecordedCall, Trajectory, load_trajectories
 from contextkeep.session import Session
 from contextkeep.summarizers import SummaryRequest, SummaryResult
 from contextkeep.tokens import HFEncoder, PromptCounter, TiktokenEncoder, counter_for_model
@@ -581,8 +583,28 @@ def ms(seconds: Sequence[float]) -> float:
     return statistics.median(seconds) * 1e3
 
 
+def lengthened(trajectory: Trajectory, messages: int) -> Trajectory:
+    """The trajectory with its rounds repeated (after the task) until it holds about `messages` messages.
+
+    Each repetition renames its tool call ids, so every result still answers its own call.
+    """
+    head, body = trajectory.messages[:2], trajectory.messages[2 : trajectory.calls[-1].index]
+    out = list(trajectory.messages[: trajectory.calls[-1].index])
+    copy = 0
+    while len(out) < messages:
+        copy += 1
+        for m in body:
+            calls = tuple(replace(c, id=f"{c.id}~{copy}") for c in m.tool_calls)
+            answered = f"{m.tool_call_id}~{copy}" if m.tool_call_id else None
+            out.append(replace(m, id=None, tool_calls=calls, tool_call_id=answered))
+    calls = [RecordedCall(i, None) for i, m in enumerate(out) if m.role == "assistant" and i >= len(head)]
+    return replace(trajectory, messages=out, calls=calls)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     (trajectory,) = load_trajectories(args.trajectory)
+    if args.messages:
+        trajectory = lengthened(trajectory, args.messages)
     calls = calls_of(trajectory)
     tenth = max(len(calls) // 10, 1)
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
@@ -592,7 +614,11 @@ async def main_async(args: argparse.Namespace) -> None:
             per_call = await replay_per_call(subject, calls, args.repeat)
             completed = subject.completed if isinstance(subject, ContextKeep) else []
             completed.clear()
-            passes, effect = await compaction_passes(subject, calls[-tenth:], args.repeat)
+            passes, effect = (
+                ([], "not measured (--calls-only)")
+                if args.calls_only
+                else await compaction_passes(subject, calls[-tenth:], args.repeat)
+            )
             rows.append(
                 Row(
                     subject.name,
@@ -630,10 +656,9 @@ async def main_async(args: argparse.Namespace) -> None:
     for r in rows:
         early, late = statistics.median(r.per_call[:tenth]), statistics.median(r.per_call[-tenth:])
         layers = f"{statistics.median(e.layers_ms for e in r.completed):9.3f}" if r.completed else f"{'-':>9}"
-        print(
-            f"{r.name:18} {r.counter:36} {early * 1e3:9.3f} {late * 1e3:9.3f} {ms(r.passes):9.3f} {layers}"
-            f"  {r.effect}"
-        )
+        passed = f"{ms(r.passes):9.3f}" if r.passes else f"{'-':>9}"
+        row = f"{r.name:18} {r.counter:36} {early * 1e3:9.3f} {late * 1e3:9.3f} {passed} {layers}"
+        print(f"{row}  {r.effect}")
     print(
         "layers = the pass without waiting for the summariser or for I/O (CompressionCompleted.layers_ms); "
         "pass = the whole compress() call"
@@ -665,6 +690,10 @@ def main() -> None:
     )
     parser.add_argument("--trajectory", type=Path, default=TRAJECTORY)
     parser.add_argument("--repeat", type=int, default=5, help="replays per library; medians are reported")
+    parser.add_argument(
+        "--messages", type=int, default=0, help="repeat the trajectory's rounds up to this many messages"
+    )
+    parser.add_argument("--calls-only", action="store_true", help="skip the compaction passes")
     parser.add_argument("--profile", action="store_true", help="print contextkeep's cProfile hot spots")
     parser.add_argument("--top", type=int, default=25, help="rows per profile")
     args = parser.parse_args()
