@@ -17,16 +17,34 @@ from contextkeep.tokens._onig import VERIFIED_RANGES, translate
 from contextkeep.tokens.framing import FoldState
 
 
+def _variant(folder: Path, deepseek_tokenizer: Path, normalizer: dict[str, object]) -> Path:
+    """DeepSeek's tokenizer.json with another normalizer (Qwen's files have NFC)."""
+    config = json.loads(deepseek_tokenizer.read_text(encoding="utf-8"))
+    config["normalizer"] = normalizer
+    path = folder / "tokenizer.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module", params=["as published", "with an NFC normalizer"])
+def tokenizer_json(
+    request: pytest.FixtureRequest, deepseek_tokenizer: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    if request.param == "as published":
+        return deepseek_tokenizer
+    return _variant(tmp_path_factory.mktemp("nfc"), deepseek_tokenizer, {"type": "NFC"})
+
+
 @pytest.fixture(scope="module")
-def encoder(deepseek_tokenizer: Path) -> HFEncoder:
-    encoder = HFEncoder(deepseek_tokenizer)
+def encoder(tokenizer_json: Path) -> HFEncoder:
+    encoder = HFEncoder(tokenizer_json)
     assert encoder.splits_natively  # otherwise every comparison below would be `tokenizers` against itself
     return encoder
 
 
 @pytest.fixture(scope="module")
-def reference(deepseek_tokenizer: Path) -> Tokenizer:
-    return Tokenizer.from_file(str(deepseek_tokenizer))
+def reference(tokenizer_json: Path) -> Tokenizer:
+    return Tokenizer.from_file(str(tokenizer_json))
 
 
 def _reference_counts(reference: Tokenizer, texts: list[str]) -> list[int]:
@@ -64,6 +82,8 @@ _ALPHABET = st.sampled_from(
     [
         *"abcXYZ019 _-.,;:!?'\"()[]{}<>/\\|=+*&^%$#@~`\t\n\r\x0b\x0c\x1c\x1f\x85\xa0",
         *"éßñ中文字かなカナ한글",
+        *"\u0301\u0308\u0323\u030a",  # combining marks: NFC composes them with what precedes
+        "\u1100\u1161",  # jamo: compose to a syllable outside the verified blocks
         "\u2028",
         "\u3000",
         "１２",
@@ -97,25 +117,21 @@ def test_generated_text_counts_the_same(encoder: HFEncoder, reference: Tokenizer
 
 
 def test_counts_stay_exact_when_the_piece_memo_starts_over(
-    deepseek_tokenizer: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
+    tokenizer_json: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("contextkeep.tokens._pieces._MAX_PIECES", 8)
-    encoder = HFEncoder(deepseek_tokenizer)
+    encoder = HFEncoder(tokenizer_json)
     texts = [f"step {i}: ran `pytest -k case_{i}` -> {i * 7} passed, 0 failed\n" * 3 for i in range(40)]
     assert [encoder.count(t) for t in texts * 2] == _reference_counts(reference, texts * 2)
 
 
 def test_a_pipeline_it_cannot_follow_is_left_to_tokenizers(tmp_path: Path, deepseek_tokenizer: Path) -> None:
-    config = json.loads(deepseek_tokenizer.read_text(encoding="utf-8"))
-    config["normalizer"] = {"type": "NFC"}
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
+    path = _variant(tmp_path, deepseek_tokenizer, {"type": "NFKC"})
     encoder = HFEncoder(path)
     assert not encoder.splits_natively
-    text = "e\u0301 composed by the normalizer"
-    assert encoder.count(text) == len(
-        Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids
-    )
+    text = "ﬁ ligature, ① circled, e\u0301 composed by the normalizer"
+    reference = Tokenizer.from_file(str(path))
+    assert encoder.count(text) == len(reference.encode(text, add_special_tokens=False).ids)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -46,7 +47,9 @@ class PieceCounter:
         self,
         splits: Sequence[str],
         tokenize: Callable[[str], Sequence[object]],
-        added: Sequence[Sequence[str]],
+        added: tuple[Sequence[str], Sequence[str]],
+        *,
+        nfc: bool = False,
     ) -> None:
         *isolating, last = splits
         self._isolate = [
@@ -57,20 +60,32 @@ class PieceCounter:
         self._final = re.compile(f"(?:{last})|(?:(?!(?:{last}))[\\s\\S])+").findall
         self._tokenize = tokenize
         self._memo: dict[str, int] = {}
-        self._added = [_AddedTokens(kind) for kind in added if kind]
+        raw, normalized = added
+        self._raw = _AddedTokens(raw) if raw else None
+        """Added tokens matched in the text as given."""
+        self._normalized = _AddedTokens(normalized) if normalized else None
+        """Added tokens matched in the normalized text."""
+        self._nfc = nfc
 
     def count(self, text: str) -> int | None:
         """Tokens of `text`, or None when `tokenizers` must count it."""
         if outside_verified(text):
             return None
-        segments = [text]
-        added = 0
-        for tokens in self._added:  # `tokenizers` takes out added tokens first, one kind after the other
-            if tokens.held_in(segments):
-                segments, found = tokens.split(segments)
-                added += found
+        # As `tokenizers` does: added tokens out of the raw text, then each segment normalized,
+        # then the added tokens that match normalized text, then the split of what is left.
+        segments, added = [text], 0
+        if self._raw is not None and self._raw.held_in(segments):
+            segments, added = self._raw.split(segments)
+        if self._nfc:
+            segments = [unicodedata.normalize("NFC", s) for s in segments]
+            if any(map(outside_verified, segments)):
+                return None  # composed into a character outside the verified blocks
+        if self._normalized is not None and self._normalized.held_in(segments):
+            segments, found = self._normalized.split(segments)
+            added += found
         # A split whose pattern looks at no context cannot match in a piece if not in the text.
-        splits = [split for split, search, context_free in self._isolate if not context_free or search(text)]
+        probe = "".join(segments)
+        splits = [split for split, search, context_free in self._isolate if not context_free or search(probe)]
         return added + sum(self._count(s, splits) for s in segments)
 
     def _count(self, text: str, splits: Sequence[Callable[[str], list[str]]]) -> int:
@@ -139,13 +154,14 @@ def _context_free(pattern: str) -> bool:
 def piece_counter(tokenizer: Any) -> PieceCounter | None:
     """A :class:`PieceCounter` for a `tokenizers.Tokenizer`, or None if its pipeline is not one it follows.
 
-    It follows: no normalizer, a pre-tokenizer that is a sequence of isolating `Split` regexes
+    It follows: no normalizer or NFC, a pre-tokenizer that is a sequence of isolating `Split` regexes
     ending in a `ByteLevel` step with no prefix space and no regex of its own, a plain BPE
     model, and added tokens without strip or single-word rules.
     """
     config = json.loads(tokenizer.to_str())
-    normalizer = config.get("normalizer")
-    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
+    normalizer = config.get("normalizer") or {"type": "Sequence", "normalizers": []}
+    norms = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    if any(n.get("type") != "NFC" for n in norms):
         return None
     pre = config.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
@@ -170,5 +186,5 @@ def piece_counter(tokenizer: Any) -> PieceCounter | None:
     added = [t for t in config.get("added_tokens", []) if t.get("content")]
     if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") for t in added):
         return None
-    kinds = [[t["content"] for t in added if bool(t.get("normalized")) is n] for n in (False, True)]
-    return PieceCounter(splits, tokenizer.model.tokenize, kinds)
+    raw, normalized = ([t["content"] for t in added if bool(t.get("normalized")) is n] for n in (False, True))
+    return PieceCounter(splits, tokenizer.model.tokenize, (raw, normalized), nfc=bool(norms))
