@@ -91,6 +91,13 @@ def translate(pattern: str) -> str | None:
                 return None  # \d, \w, \b, \h, \x.., script classes...: not translated
             i += 2
             continue
+        if (
+            c == "("
+            and not in_class
+            and pattern[i + 1 : i + 2] == "?"
+            and pattern[i + 2 : i + 3] not in tuple(":=!<>")
+        ):
+            return None  # inline flags: case folding differs between the engines
         if c == "[" and not in_class:
             in_class = True
             out.append(c)
