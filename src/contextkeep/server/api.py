@@ -68,14 +68,12 @@ async def usage(ck: Ctx, conversation_id: Conversation) -> list[JSON]:
     `served` marks the scope this server's own views and proxy use (`status` reports it in full).
     """
     store = ck.manager.store
-    async with ck.reader.open(conversation_id) as session:
-        served = session.scope
     out = []
     for scope in await store.list_scopes(conversation_id, USAGE_DOCUMENT):
         doc = await store.load_document(conversation_id, USAGE_DOCUMENT, scope)
         state = UsageState.from_dict(doc.data, doc.version)
         out.append(
-            {"scope": scope, "served": scope == served, "version": doc.version, "valid": state.valid}
+            {"scope": scope, "served": scope == ck.reader.scope, "version": doc.version, "valid": state.valid}
             | state.to_dict()
         )
     return out

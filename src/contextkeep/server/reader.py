@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from contextkeep.baseline import scope_key
 from contextkeep.manager import ContextManager
 from contextkeep.session import Session
 
@@ -25,6 +26,11 @@ class Reader:
         self.manager = manager
         self._agent = (agent_id, agent_version)
         self._sessions: OrderedDict[str, tuple[Session, asyncio.Lock]] = OrderedDict()
+
+    @property
+    def scope(self) -> str:
+        """The usage scope these sessions read (the server's agent and model)."""
+        return scope_key(*self._agent, self.manager.model.key)
 
     async def exists(self, conversation_id: str) -> bool:
         """Whether the store holds a transcript for the conversation."""

@@ -198,7 +198,7 @@ class RedisStore:
         """The scopes holding a saved document of `kind` for the conversation, sorted."""
         async with self._errors("list_scopes"):
             members = await self._client.smembers(self._scopes_key(conversation_id, kind))
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        return sorted(map(_text, members))
 
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
@@ -216,7 +216,7 @@ class RedisStore:
         """Every conversation id with a transcript."""
         async with self._errors("list_conversations"):
             members = await self._client.smembers(self._conversations_key)
-            ids = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+            ids = sorted(map(_text, members))
             async with self._client.pipeline(transaction=False) as pipe:
                 for conversation_id in ids:
                     pipe.exists(self._key(conversation_id, "messages"))
@@ -283,11 +283,16 @@ class RedisStore:
         marker = "}:doc:"
         pattern = _glob_escape(self._prefix) + "{*" + marker + "*"
         async for key in self._client.scan_iter(match=pattern, count=500):
-            text = key.decode() if isinstance(key, bytes) else str(key)
+            text = _text(key)
             tag, _, body = text[len(self._prefix) + 1 :].partition(marker)  # a tag holds no "}"
             kind, scope = json.loads(body)
             conversation_id = tag.replace("%7D", "}").replace("%25", "%")
             await self._client.sadd(self._scopes_key(conversation_id, kind), scope)
+
+
+def _text(value: Any) -> str:
+    """A reply value as text (redis-py returns bytes unless the client decodes responses)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(text: str) -> str:

@@ -287,16 +287,14 @@ class SQLStore:
     async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
         """The scopes holding a saved document of `kind` for the conversation, sorted."""
         table = self._tables.documents
-        query = (
-            sa.select(table.c.scope)
-            .where(table.c.conversation_id == conversation_id, table.c.kind == kind)
-            .order_by(table.c.scope)
-        )
+        key = (table.c.conversation_id == conversation_id, table.c.kind == kind)
+        query = sa.select(table.c.scope).where(*key)
 
         async def work(conn: AsyncConnection) -> list[str]:
             return [str(scope) for scope in (await conn.scalars(query)).all()]
 
-        return sorted(await self._transaction("list_scopes", work, write=False))  # one collation for all
+        # Sorted here, not in SQL: one order whatever the dialect's collation.
+        return sorted(await self._transaction("list_scopes", work, write=False))
 
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
