@@ -25,7 +25,7 @@ def test_count_table_and_calibration() -> None:
     path = require_shared("trajectories", "mini-swe-agent", "django__django-11099.traj.json")
     result = CliRunner().invoke(main, ["count", "--calibrate", str(path)])
     assert result.exit_code == 0, result.output
-    assert "counter=heuristic:4:cjk/deepseek" in result.output
+    assert "counter=pieces/deepseek" in result.output
     summary = result.output.strip().splitlines()[-1]
     assert summary.startswith("  calls=39 ")
 

@@ -77,8 +77,10 @@ context_length = 32768
 """
     )
     c = load_config(path, model="Qwen/Qwen2.5-Coder-32B-Instruct", environ={})
-    assert c.max_context_tokens == 32768 and c.reserved_tokens == 4096
-    assert load_config(path, model="other", environ={}).max_context_tokens is None
+    # The model's own figure, not a configured cap: it binds the window as the model's (explicit) window.
+    assert (c.model_context_length, c.max_context_tokens, c.reserved_tokens) == (32768, None, 4096)
+    assert c.capacity(None).window == 32768
+    assert load_config(path, model="other", environ={}).model_context_length is None
 
 
 def test_context_table_and_environment_overrides(tmp_path: Path) -> None:

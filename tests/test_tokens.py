@@ -49,7 +49,7 @@ def test_calibrated_heuristic_is_within_five_percent_after_three_calls(path: Pat
     (trajectory,) = load_trajectories(path)
     plain = count_accuracy(trajectory, counter_for_model(trajectory.model, "heuristic"))
     calibrated = count_accuracy(
-        trajectory, CalibratedCounter(counter_for_model(trajectory.model, "heuristic")), warmup=3
+        trajectory, counter_for_model(trajectory.model, "heuristic", calibrate=True), warmup=3
     )
     assert calibrated.median_abs_error_pct <= 5.0
     assert calibrated.median_abs_error_pct < plain.median_abs_error_pct
@@ -228,18 +228,21 @@ def test_heuristic_counts_cjk_characters_one_each() -> None:
 
 
 def test_calibration_is_clamped_and_validated() -> None:
-    counter = CalibratedCounter(counter_for_model("x", "heuristic"), max_ratio=1.5)
-    assert counter.observe(100, 1_000) == 1.5
-    assert counter.observe(0, 50) == 1.5  # nothing learned from an empty count
+    counter = CalibratedCounter(HeuristicEncoder(), OpenAIFraming(), max_ratio=1.5)
+    prompt = [Message("user", "x" * 400)]
+    counter.observe(prompt, None, 10 * counter.count_prompt(prompt))
+    assert counter.ratio == 1.5
+    counter.observe(prompt, None, 0)  # nothing learned from an empty count
+    assert (counter.ratio, counter.samples) == (1.5, 1)
     with pytest.raises(ConfigError, match="smoothing"):
-        CalibratedCounter(counter_for_model("x", "heuristic"), smoothing=0)
+        CalibratedCounter(HeuristicEncoder(), OpenAIFraming(), smoothing=0)
 
 
 def test_median_error_figures_are_what_the_cli_reports(deepseek_tokenizer: Path) -> None:
     path = require_shared("trajectories", "mini-swe-agent", "django__django-13658.traj.json")
     (trajectory,) = load_trajectories(path)
     report = count_accuracy(
-        trajectory, CalibratedCounter(counter_for_model(trajectory.model, "heuristic")), warmup=3
+        trajectory, counter_for_model(trajectory.model, "heuristic", calibrate=True), warmup=3
     )
     assert report.median_abs_error_pct == pytest.approx(
         statistics.median(abs(c.error_pct) for c in report.calls[3:])

@@ -12,7 +12,8 @@ async with cm.session("conversation-1001") as s:
 ```
 """
 
-from contextkeep.agent import Agent, Runner, Tool, ToolError, Turn, tool
+from contextkeep._agents_flex import AgentsFlexEvent
+from contextkeep.agent import Agent, Runner, Skill, Tool, ToolError, Turn, tool
 from contextkeep.baseline import UsageState, UsageStatus
 from contextkeep.budget import Budget, ContextState, Thresholds
 from contextkeep.capabilities import CapacitySource, ModelSpec, resolve_model_spec
@@ -51,6 +52,7 @@ from contextkeep.view import View
 __all__ = [
     "NOT_GIVEN",
     "Agent",
+    "AgentsFlexEvent",
     "Budget",
     "CapacitySource",
     "CompactionError",
@@ -84,6 +86,7 @@ __all__ = [
     "Runner",
     "SchemaVersionError",
     "Session",
+    "Skill",
     "Store",
     "StoreError",
     "Summarizer",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from contextkeep.capabilities import CapacitySource
 from contextkeep.errors import ConfigError
 
 __all__ = ["Budget", "ContextState", "ReservedOutput", "Thresholds", "resolve_reserved_output"]
@@ -116,12 +117,16 @@ class Budget:
     """Tokens kept free for the reply."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     """State thresholds."""
+    capacity_source: CapacitySource = CapacitySource.EXPLICIT
+    """Which figure `context_window` is (the model's, by its source, or the configuration's cap)."""
 
     def __post_init__(self) -> None:
         if self.context_window is not None and self.context_window <= 0:
             raise ConfigError("context_window", f"must be positive, got {self.context_window}")
         if self.reserved_output < 0:
             raise ConfigError("reserved_output", f"must not be negative, got {self.reserved_output}")
+        if self.context_window is None:
+            object.__setattr__(self, "capacity_source", CapacitySource.UNKNOWN)
 
     @property
     def effective(self) -> int | None:

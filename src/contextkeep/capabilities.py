@@ -4,7 +4,8 @@ Resolution chain (principle 4, never guess): explicit value > the serving
 endpoint's metadata (vLLM `/v1/models` `max_model_len`, Ollama `/api/show`
 `<arch>.context_length`) > the `genai-prices` registry (context window only) >
 unknown. Unknown capacity means no ratio is shown and no ratio-based compaction
-happens.
+happens. A configured window can only lower the model's (:func:`resolve_capacity`):
+a budget never exceeds what the model can hold.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import httpx
 from contextkeep.errors import ConfigError
 
 __all__ = [
+    "Capacity",
     "CapacitySource",
     "ModelSpec",
     "aresolve_model_spec",
     "registry_context_window",
+    "resolve_capacity",
     "resolve_model_spec",
 ]
 
@@ -39,6 +42,8 @@ class CapacitySource(enum.StrEnum):
     """Read from the serving endpoint's metadata."""
     REGISTRY = "registry"
     """Looked up in the genai-prices registry."""
+    CONFIG = "config"
+    """The context configuration's `max_context_tokens`, below every known model figure."""
     UNKNOWN = "unknown"
     """Not known: ratios are not computed."""
 
@@ -65,6 +70,44 @@ class ModelSpec:
                 raise ConfigError(name, f"must be a positive integer or unset, got {value!r}")
         if self.context_window is None and self.source is not CapacitySource.UNKNOWN:
             object.__setattr__(self, "source", CapacitySource.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The context window one call may fill, and the figure that bound it."""
+
+    window: int | None
+    """Total tokens (input + output) the budget is built on; `None` when nothing is known."""
+    source: CapacitySource
+    """Which figure is the window: the model's (its own source) or the configuration's."""
+    capped_from: int | None = None
+    """A configured figure larger than the window (it asked for more than the model holds)."""
+
+
+def resolve_capacity(
+    model_window: int | None,
+    model_source: CapacitySource = CapacitySource.EXPLICIT,
+    *,
+    declared: int | None = None,
+    limit: int | None = None,
+) -> Capacity:
+    """The smallest known of the model's window, its declared window and the configured limit.
+
+    `declared` is the deployment's own figure for the model (DB-GPT `[[models.llms]]`
+    `context_length`), an explicit model figure; `limit` is `max_context_tokens`. On a
+    tie the model's figure is named, since it is what binds.
+    """
+    figures = (
+        (declared, CapacitySource.EXPLICIT),
+        (model_window, model_source),
+        (limit, CapacitySource.CONFIG),
+    )
+    known = [(window, source) for window, source in figures if window is not None]
+    if not known:
+        return Capacity(None, CapacitySource.UNKNOWN)
+    window, source = min(known, key=lambda figure: figure[0])
+    asked = max((w for w in (declared, limit) if w is not None and w > window), default=None)
+    return Capacity(window, source, asked)
 
 
 def registry_context_window(model: str) -> int | None:

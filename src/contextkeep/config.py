@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contextkeep.budget import Thresholds
+from contextkeep.capabilities import Capacity, CapacitySource, resolve_capacity
 from contextkeep.errors import ConfigError
 from contextkeep.rounds import RepairPolicy
 
@@ -67,7 +68,12 @@ class ContextConfig(BaseModel):
 
     # Capacity (DB-GPT `max_context_tokens` / `reserved_tokens`; Agents-Flex `reservedOutputTokens`).
     max_context_tokens: int | None = Field(default=None, gt=0)
-    """Context window override; unset means the model spec decides (explicit > endpoint > registry)."""
+    """Context window cap: it can lower the model's window, never raise it; unset means the model decides."""
+    model_context_length: int | None = Field(default=None, gt=0)
+    """The model's window as its deployment declares it (DB-GPT `[[models.llms]]` `context_length`).
+
+    An explicit model figure: the budget uses the smallest known of this, the model spec's
+    window and `max_context_tokens`."""
     reserved_tokens: int = Field(default=0, ge=0)
     """Tokens reserved for output; 0 falls through to request max_tokens, agent default, model max output."""
 
@@ -106,6 +112,13 @@ class ContextConfig(BaseModel):
     """Keep the first user message (the task statement) in view after dropping or summarising."""
     max_compact_failures: int = Field(default=3, ge=1)
     """Consecutive summary failures that open the circuit breaker."""
+    progress_in_prompt: Literal["on_compaction", "always"] = "on_compaction"
+    """When the system prompt's task progress (completed steps) shows new steps.
+
+    `on_compaction` (default): only when a compaction changes the view anyway, so between
+    compactions the prompt prefix stays byte-identical and the provider's prompt cache holds.
+    `always` (DB-GPT): from the first step on, every step; each one rewrites the system prompt,
+    so every following call pays to write the whole prompt into the cache again."""
 
     # AgentScope ContextConfig.
     trigger_ratio: float | None = Field(default=None, gt=0, le=0.9)
@@ -141,8 +154,12 @@ class ContextConfig(BaseModel):
     """Recover from a provider's input or total context overflow by compacting and retrying."""
     max_token_limit_recovery_attempts: int = Field(default=1, ge=0)
     """How many compact-then-retry attempts one call may make."""
-    keep_recent_turns: int | None = Field(default=None, ge=1)
-    """Agents-Flex: newest whole turns kept from summarising (in addition to recent rounds)."""
+    keep_recent_turns: int | None = Field(default=None, ge=0)
+    """Agents-Flex turn protection. Unset (the default, DB-GPT's rounds): a long task compacts its
+    own older rounds, and only the current turn's user message stays in view whatever is cut.
+    Set to N: the current turn (its user message and every call and result since) and the N
+    complete turns before it are out of reach of L1–L3 and of deferred passes; only L4 may cut
+    into the current turn, down to the system prompt and the last two rounds."""
     compression_failure_strategy: FailureStrategy = FailureStrategy.EXTRACTIVE
     """What happens when a summary fails."""
 
@@ -173,9 +190,15 @@ class ContextConfig(BaseModel):
             self.warning_threshold, self.error_threshold, self.critical_threshold, self.overflow_threshold
         )
 
+    def capacity(self, window: int | None, source: CapacitySource = CapacitySource.EXPLICIT) -> Capacity:
+        """The window a model of `window` tokens (from `source`) gets under this configuration."""
+        return resolve_capacity(
+            window, source, declared=self.model_context_length, limit=self.max_context_tokens
+        )
+
     def result_limit(self, window: int | None) -> int:
-        """Layer 0's limit in a context window of `window` tokens (unknown window: no cap)."""
-        window = self.max_context_tokens or window
+        """Layer 0's limit for a model of `window` tokens (no known window: no cap)."""
+        window = self.capacity(window).window
         if window is None or self.tool_result_limit_max_ratio is None:
             return self.tool_result_limit
         return max(1, min(self.tool_result_limit, int(self.tool_result_limit_max_ratio * window)))
@@ -221,8 +244,8 @@ def load_config(
     """Load `contextkeep.toml` (or `path`), apply `CONTEXTKEEP_*` overrides, validate.
 
     Reads `[context]`, or DB-GPT's `[service.web.agent_context]`; when `model` names an
-    entry of `[[models.llms]]` with a `context_length`, that becomes `max_context_tokens`
-    unless the context table sets it.
+    entry of `[[models.llms]]` with a `context_length`, that becomes `model_context_length`
+    (the window is then the smaller of it and `max_context_tokens`).
     """
     values: dict[str, Any] = {}
     file = Path(path) if path is not None else Path("contextkeep.toml")
@@ -235,6 +258,6 @@ def load_config(
         values.update(table)
         for entry in data.get("models", {}).get("llms", []):
             if model and entry.get("name") == model and "context_length" in entry:
-                values.setdefault("max_context_tokens", entry["context_length"])
+                values.setdefault("model_context_length", entry["context_length"])
     values.update(_env_overrides(os.environ if environ is None else environ))
     return build_config(values)

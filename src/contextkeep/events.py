@@ -39,6 +39,7 @@ __all__ = [
     "RecoveryStarted",
     "RecoverySucceeded",
     "StoreConflict",
+    "StoreSaveFailed",
     "ToolResultTruncated",
 ]
 
@@ -62,6 +63,12 @@ class Event:
             value = getattr(self, f.name)
             out[f.name] = value.value if hasattr(value, "value") else value
         return out
+
+    def to_agents_flex(self) -> dict[str, Any]:
+        """This event as Agents-Flex delivers it: its type name there and camelCase `data` keys."""
+        from contextkeep._agents_flex import agents_flex_dict  # it maps these classes: import when used
+
+        return agents_flex_dict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +95,7 @@ class ContextStatus(Event):
     reserved_output: int = 0
     """Tokens reserved for the reply."""
     capacity_source: str = "unknown"
-    """Where the window figure came from (explicit, endpoint, registry, unknown)."""
+    """Which figure bound the window: the model's (explicit, endpoint, registry), config, or unknown."""
     model_key: str = ""
     """The model the view is for."""
 
@@ -96,7 +103,8 @@ class ContextStatus(Event):
     def measure(
         cls, used: int, budget: Budget, *, source: CountSource, layer: str | None = None, **context: Any
     ) -> ContextStatus:
-        """A status for `used` tokens against `budget`."""
+        """A status for `used` tokens against `budget` (`capacity_source` is the budget's unless given)."""
+        context = {"capacity_source": budget.capacity_source.value, **context}
         return cls(
             used=used,
             budget=budget.effective,
@@ -202,6 +210,11 @@ class CompressionCompleted(_CompressionEvent):
     """Time spent waiting for the summariser."""
     offload_ms: float = 0.0
     """Time spent writing what left the view to the workspace (durably, before the state is saved)."""
+    into_current_turn: bool = False
+    """L4 cut into the current turn (down to the system prompt and the last two rounds)."""
+    required_at: float | None = None
+    """Unix time of the `context.compression.required` this compaction consumed (persisted with the
+    flag, so it holds across restarts and instances); `None` when none was pending."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +224,8 @@ class CompressionFailed(_CompressionEvent):
     type: ClassVar[str] = "context.compression.failed"
     error: str = ""
     """What went wrong."""
+    reason: str = "summary_failed"
+    """`summary_failed`, `breaker_open` (the summariser was not called) or `nothing_to_compress`."""
     consecutive_failures: int = 0
     """Failures in a row for this conversation."""
     breaker_open: bool = False
@@ -294,7 +309,8 @@ class RecoveryFailed(_RecoveryEvent):
 
     type: ClassVar[str] = "model.recovery.failed"
     reason: str = ""
-    """not_recoverable, nothing_to_compact, compaction_failed or attempts_exhausted."""
+    """not_recoverable, nothing_to_compact, compaction_failed, attempts_exhausted or max_calls_reached
+    (no model call left for the retry: the runner's `max_iterations`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,6 +320,19 @@ class StoreConflict(Event):
     type: ClassVar[str] = "store.conflict"
     kind: str = ""
     """What was being written: transcript, compaction or usage."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreSaveFailed(Event):
+    """A store write raised (the store failed; a lost compare-and-set is a `StoreConflict`)."""
+
+    type: ClassVar[str] = "store.save_failed"
+    store: str = ""
+    """The backend: sqlite, postgresql, mysql, redis, memory, or a custom store's class name."""
+    kind: str = ""
+    """What was being written: transcript, compaction or usage."""
+    error: str = ""
+    """The store's error message."""
 
 
 Listener = Callable[[Event], None] | Callable[[Event], Awaitable[None]]

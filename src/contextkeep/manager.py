@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from contextkeep.capabilities import ModelSpec, resolve_model_spec
+from contextkeep.capabilities import Capacity, ModelSpec, resolve_model_spec
 from contextkeep.compaction.builder import SystemPromptHook, default_progress_hook
 from contextkeep.config import ContextConfig
 from contextkeep.errors import ConfigError
 from contextkeep.events import EventBus
 from contextkeep.metrics import install_metrics
-from contextkeep.offload.workspace import LocalWorkspace, Workspace
+from contextkeep.offload import LocalWorkspace, Offloader, OffloaderWorkspace, Workspace
 from contextkeep.session import Session
 from contextkeep.stores import MemoryStore, open_store
 from contextkeep.stores.base import Store
@@ -23,6 +24,8 @@ from contextkeep.summarizers import ExtractiveSummarizer, Summarizer
 from contextkeep.tokens import Encoder, PromptCounter, counter_for_model
 
 __all__ = ["NOT_GIVEN", "ContextManager", "NotGiven", "SyncSession"]
+
+logger = logging.getLogger("contextkeep.manager")
 
 
 class NotGiven:
@@ -45,6 +48,16 @@ class ContextManager:
     Every collaborator has an embedded default: the in-memory or SQLite store,
     a local workspace under `.contextkeep/workspace`, the LLM-free summariser, and
     the model family's token counter.
+
+    `workspace` is a folder, a :class:`Workspace`, or any object with AgentScope's two
+    offloader methods (`offload_context(session_id, msgs)`, `offload_tool_result(session_id,
+    tool_result)`, sync or async): it is wrapped in an :class:`OffloaderWorkspace` over
+    the default local workspace, which supplies snapshots, data files and reading back.
+
+    `tokenizer` is a spec (`tiktoken[:ENCODING]`, `hf:PATH`, `heuristic`, `pieces`) or an
+    :class:`Encoder`; without it, the model family's counter (see `counter_for_model`). One
+    that cannot load or count falls back to an estimate with a logged warning, unless
+    `strict_tokenizer=True`, which raises `TokenizerError` instead.
     """
 
     def __init__(
@@ -53,10 +66,11 @@ class ContextManager:
         *,
         config: ContextConfig | None = None,
         store: Store | str | None = None,
-        workspace: Workspace | str | os.PathLike[str] | None = None,
+        workspace: Workspace | Offloader | str | os.PathLike[str] | None = None,
         summarizer: Summarizer | None = None,
         fallback_summarizer: Summarizer | NotGiven | None = NOT_GIVEN,
         tokenizer: str | Encoder | None = None,
+        strict_tokenizer: bool = False,
         counter_factory: Callable[[], PromptCounter] | None = None,
         hooks: Sequence[SystemPromptHook] = (default_progress_hook,),
         default_max_tokens: int | None = None,
@@ -65,11 +79,7 @@ class ContextManager:
         self.model = model if isinstance(model, ModelSpec) else resolve_model_spec(model)
         self.config = config or ContextConfig()
         self.store = _open_store(store)
-        self.workspace = (
-            workspace
-            if isinstance(workspace, Workspace)
-            else LocalWorkspace(workspace or _data_dir() / "workspace")
-        )
+        self.workspace = _open_workspace(workspace)
         self.summarizer = summarizer
         self.fallback_summarizer = (
             ExtractiveSummarizer() if isinstance(fallback_summarizer, NotGiven) else fallback_summarizer
@@ -88,7 +98,31 @@ class ContextManager:
         self.default_max_tokens = default_max_tokens
         self.events = events or EventBus()
         install_metrics(self.events)
-        self._counter_factory = counter_factory or (lambda: counter_for_model(self.model.key, tokenizer))
+        self._counter_factory = counter_factory or (
+            lambda: counter_for_model(self.model.key, tokenizer, strict=strict_tokenizer)
+        )
+        self._warned: set[tuple[str, Capacity]] = set()
+        """Capacities already warned about (a configured window above the model's)."""
+
+    def capacity(self, config: ContextConfig | None = None) -> Capacity:
+        """The window calls may fill: the smallest known of the model's and `config`'s figures.
+
+        A configuration asking for more than the model holds is lowered, with one warning
+        per manager and figures (not one per call).
+        """
+        model = self.model
+        capacity = (config or self.config).capacity(model.context_window, model.source)
+        if capacity.capped_from is not None and (model.key, capacity) not in self._warned:
+            self._warned.add((model.key, capacity))
+            logger.warning(
+                "the configuration asks for a %d-token context window, more than %s holds: "
+                "budgeting for its %d tokens (%s figure)",
+                capacity.capped_from,
+                model.key,
+                capacity.window,
+                capacity.source.value,
+            )
+        return capacity
 
     def new_counter(self) -> PromptCounter:
         """A fresh token counter (one per session: it remembers that session's last prompt)."""
@@ -135,6 +169,20 @@ class SyncSession:
             return self._runner.run(attr(*args, **kwargs))
 
         return call
+
+
+def _open_workspace(workspace: Workspace | Offloader | str | os.PathLike[str] | None) -> Workspace:
+    if isinstance(workspace, Workspace):
+        return workspace
+    if workspace is None or isinstance(workspace, str | os.PathLike):
+        return LocalWorkspace(workspace or _data_dir() / "workspace")
+    if isinstance(workspace, Offloader):
+        return OffloaderWorkspace(workspace, LocalWorkspace(_data_dir() / "workspace"))
+    raise ConfigError(
+        "workspace",
+        f"a {type(workspace).__name__} is neither a folder, a Workspace nor an Offloader "
+        "(offload_context(session_id, msgs) and offload_tool_result(session_id, tool_result))",
+    )
 
 
 def _open_store(store: Store | str | None) -> Store:

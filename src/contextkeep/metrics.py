@@ -3,8 +3,13 @@
 What the usage policy's monitoring list asks for, fed from the event bus:
 share of calls with usage unavailable (`contextkeep.model.calls` by `usage_source`),
 baseline ratio distribution, threshold-reached count, compression outcomes by
-reason (threshold vs overflow recovery vs budget) and duration, recovery attempts
-and outcomes, and store compare-and-set conflicts.
+reason (threshold vs overflow recovery vs budget) and duration, the latency from
+`context.compression.required` to the compaction that consumed it, recovery
+attempts and outcomes, and store compare-and-set conflicts and save failures.
+
+The REQUIRED→COMPLETED latency is measured from the time persisted with the flag,
+so it is recorded by whichever process compacts, after a restart or on another
+instance too (those clocks must agree; a negative span is recorded as 0).
 """
 
 from __future__ import annotations
@@ -40,6 +45,14 @@ class _Recorder:
             "contextkeep.recovery", description="Overflow recovery by outcome"
         )
         self.conflicts = meter.create_counter("contextkeep.store.cas_conflicts", description="CAS conflicts")
+        self.save_failures = meter.create_counter(
+            "contextkeep.store.save_failures", description="Store saves that raised, by store and kind"
+        )
+        self.required_latency = meter.create_histogram(
+            "contextkeep.compression.required_latency",
+            unit="ms",
+            description="From a deferred compression being required to the compaction that consumed it",
+        )
         self._started: dict[str, float] = {}
 
     def __call__(self, event: Event) -> None:
@@ -61,10 +74,15 @@ class _Recorder:
                 self.duration.record(
                     (time.perf_counter() - started) * 1000, {"reason": data["compression_reason"]}
                 )
+            if data.get("required_at") is not None:
+                waited = max(event.timestamp - data["required_at"], 0.0) * 1000
+                self.required_latency.record(waited, {"reason": data["compression_reason"]})
         elif kind.startswith("model.recovery."):
             self.recovery.add(1, {"outcome": kind.rsplit(".", 1)[1], "reason": data.get("reason", "")})
         elif kind == "store.conflict":
             self.conflicts.add(1, {"kind": data["kind"]})
+        elif kind == "store.save_failed":
+            self.save_failures.add(1, {"store": data["store"], "kind": data["kind"]})
 
 
 _RECORDED = (
@@ -77,6 +95,7 @@ _RECORDED = (
     "model.recovery.succeeded",
     "model.recovery.failed",
     "store.conflict",
+    "store.save_failed",
 )
 """The event types the metrics read (not `context.status`, emitted before every model call)."""
 

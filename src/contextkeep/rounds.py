@@ -28,6 +28,7 @@ __all__ = [
     "Round",
     "RoundTracker",
     "append_repaired",
+    "current_turn_start",
     "repair_history",
     "split_rounds",
 ]
@@ -162,6 +163,18 @@ class RoundTracker:
             if ids.count(c.id) > 1:
                 return MalformedHistoryError("duplicate_id", index, c.id, f"tool call id {c.id!r} used twice")
         return None
+
+
+def current_turn_start(rounds: Sequence[Round], earlier: int = 0) -> int | None:
+    """Transcript index of the user message that opened the current turn (None before any).
+
+    With `earlier`, the start of that many complete turns before the current one (as far
+    back as there are turns).
+    """
+    users = [r for r in rounds if r.kind == "user"]
+    if not users:
+        return None
+    return users[max(len(users) - 1 - earlier, 0)].start
 
 
 def split_rounds(messages: Sequence[Message]) -> list[Round]:

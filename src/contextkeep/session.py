@@ -24,8 +24,8 @@ from contextkeep.budget import Budget, resolve_reserved_output
 from contextkeep.compaction.builder import ViewBuilder
 from contextkeep.compaction.pipeline import Compactor, Outcome
 from contextkeep.compaction.state import CompactionState, ProgressStep
-from contextkeep.config import UsageMode
-from contextkeep.errors import ContextOverflowError, StoreError
+from contextkeep.config import ContextConfig, UsageMode
+from contextkeep.errors import ConfigError, ContextOverflowError, MaxIterationsError, StoreError
 from contextkeep.events import (
     CompressionCompleted,
     CompressionRequired,
@@ -42,8 +42,10 @@ from contextkeep.events import (
 from contextkeep.messages import Message
 from contextkeep.models.adapter import ModelAdapter, ModelReply
 from contextkeep.models.overflow import classify_exception
+from contextkeep.offload.snapshot import ActionSnapshot
 from contextkeep.rounds import RoundTracker, append_repaired
-from contextkeep.tokens import CountSource
+from contextkeep.stores.base import reporting_failure
+from contextkeep.tokens import CalibratingCounter, CountSource
 from contextkeep.usage import Usage
 from contextkeep.view import View
 
@@ -98,7 +100,7 @@ class Session:
             summarizer=manager.summarizer,
             fallback=manager.fallback_summarizer,
             conversation_id=conversation_id,
-            status_context={"model_key": manager.model.key, "capacity_source": manager.model.source.value},
+            status_context={"model_key": manager.model.key},
         )
         self.last_usage: Usage | None = None
         self._ingest = Ingest(
@@ -130,7 +132,10 @@ class Session:
         return self._state
 
     async def load(self) -> None:
-        """Catch up with the store: new messages, and the state if another instance changed it."""
+        """Catch up with the store: new messages, and the state if another instance changed it.
+
+        The `on_system_prompt` hooks then run (async ones awaited) for the views built until the next.
+        """
         store = self.manager.store
         fresh = await store.load_messages(self.conversation_id, after=len(self._transcript))
         for m in fresh:
@@ -142,6 +147,7 @@ class Session:
         usage = await store.load_document(self.conversation_id, USAGE_DOCUMENT, self.scope)
         if usage.version != self._usage.version:
             self._usage = UsageState.from_dict(usage.data, usage.version)
+        await self._builder.resolve_system(self._transcript, self._tracker.rounds, self._state)
 
     def _extend(self, messages: Sequence[Message]) -> None:
         self._transcript.extend(messages)
@@ -164,7 +170,9 @@ class Session:
             stamped = [m if m.id else _with_id(m, f"m{base + i:06d}") for i, m in enumerate(accepted)]
             answered = set(self._answered)
             stamped = [await self._ingest.message(m, answered) for m in stamped]
-            if await self.manager.store.append(self.conversation_id, stamped, expected_length=base):
+            store = self.manager.store
+            append = store.append(self.conversation_id, stamped, expected_length=base)
+            if await reporting_failure(store, "transcript", append, self._aemit):
                 self._tracker = tracker
                 self._extend(stamped)
                 for r in repairs:
@@ -186,8 +194,8 @@ class Session:
             self.manager.default_max_tokens,
             self.manager.model.max_output_tokens,
         )
-        window = self.config.max_context_tokens or self.manager.model.context_window
-        return Budget(window, reserved, self.config.thresholds())
+        capacity = self.manager.capacity(self.config)
+        return Budget(capacity.window, reserved, self.config.thresholds(), capacity.source)
 
     def _trigger(self, budget: Budget) -> int | None:
         if self.config.trigger_ratio is not None and budget.context_window is not None:
@@ -262,6 +270,21 @@ class Session:
             return await self._compact(budget, tools, "MANUAL", target)
         finally:
             self.config = self._compactor.config = self._builder.config = saved
+
+    async def compress_context(
+        self,
+        context_config: ContextConfig | None = None,
+        *,
+        tools: Tools = None,
+        max_tokens: int | None = None,
+    ) -> Outcome | None:
+        """AgentScope's `compress_context`: :meth:`compress` with a temporary `ContextConfig`.
+
+        The fields set on `context_config` override the session's config for this call only;
+        without one the session's config decides. A no-op (`None`) below the trigger.
+        """
+        override = context_config.model_dump(exclude_unset=True) if context_config else {}
+        return await self.compress(tools=tools, max_tokens=max_tokens, **override)
 
     async def _compact(
         self,
@@ -344,9 +367,11 @@ class Session:
                     ref = workspace.context_ref(self.conversation_id, span)
                     await self._aemit(ContextOffloaded(reference=ref, kind="context", messages=len(span)))
             offload_seconds = time.perf_counter() - offload_started
-            new = outcome.state.evolve(compression_required=False, compression_reason="")
+            new = outcome.state.evolve(
+                compression_required=False, compression_reason="", compression_required_at=None
+            )
             if new == before:
-                return outcome
+                return _raised(outcome)
             if await self._save(new, before.version):
                 if outcome.changed:
                     await self._save_usage(self._usage.invalidated())
@@ -366,10 +391,12 @@ class Session:
                         layers_ms=outcome.seconds * 1e3,
                         summary_ms=outcome.summary_seconds * 1e3,
                         offload_ms=offload_seconds * 1e3,
+                        required_at=before.compression_required_at,
+                        into_current_turn=outcome.into_current_turn,
                     )
                 )
                 outcome.state = self._state
-                return outcome
+                return _raised(outcome)
             await _after_conflict(attempt)
             await self.load()
         raise StoreError(f"could not save the compaction state of {self.conversation_id!r}: it kept changing")
@@ -377,9 +404,9 @@ class Session:
     async def _save(self, state: CompactionState, expected: int) -> bool:
         data = state.to_dict()
         data.pop("version")
-        ok = await self.manager.store.save_document(
-            self.conversation_id, _COMPACTION, data, expected_version=expected
-        )
+        store = self.manager.store
+        save = store.save_document(self.conversation_id, _COMPACTION, data, expected_version=expected)
+        ok = await reporting_failure(store, _COMPACTION, save, self._aemit)
         if ok:
             self._state = state.evolve(version=expected + 1)
         else:
@@ -395,6 +422,10 @@ class Session:
             await self.load()
         raise StoreError(f"could not update the state of {self.conversation_id!r}: it kept changing")
 
+    async def reset_breaker(self) -> CompactionState:
+        """Close the summary circuit breaker: the next pass calls the summariser again."""
+        return await self.update_state(lambda state: state.evolve(failures=0, breaker_open=False))
+
     # Recording.
     async def record(
         self, reply: ModelReply | Message | Mapping[str, Any] | Any, usage: Usage | None = None
@@ -407,10 +438,17 @@ class Session:
         message, found = reply_message(reply)
         usage = usage or found or Usage()
         self.last_usage = usage
+        self._calibrate(usage)  # before the reply joins the transcript: the view is the prompt it counted
         (stored,) = await self.add([message])
         if self.config.usage_policy_enabled:
             await self._observe(usage)
         return stored
+
+    def _calibrate(self, usage: Usage) -> None:
+        """Give a calibrating counter the provider's count of the prompt last prepared."""
+        if isinstance(self.counter, CalibratingCounter) and usage.input_tokens and self._tools is not None:
+            view = self._builder.build(self._transcript, self._tracker.rounds, self._state)
+            self.counter.observe(view, self._tools[0], usage.input_tokens)
 
     async def _observe(self, usage: Usage) -> None:
         model = self.manager.model
@@ -424,11 +462,18 @@ class Session:
             and numbers.ratio >= threshold
         )
         if required and not self._state.compression_required:
+            at = time.time()  # persisted with the flag: the latency to its compaction spans restarts
             await self.update_state(
-                lambda state: state.evolve(compression_required=True, compression_reason="THRESHOLD_REACHED")
+                lambda state: state.evolve(
+                    compression_required=True,
+                    compression_reason="THRESHOLD_REACHED",
+                    compression_required_at=at,
+                )
             )
             await self._aemit(
-                CompressionRequired(next_call_baseline_tokens=self._usage.baseline, threshold_ratio=threshold)
+                CompressionRequired(
+                    next_call_baseline_tokens=self._usage.baseline, threshold_ratio=threshold, timestamp=at
+                )
             )
         await self._aemit(
             ModelCompleted(
@@ -458,14 +503,15 @@ class Session:
         for attempt in range(_CAS_ATTEMPTS):
             if new == self._usage:
                 return
-            ok = await self.manager.store.save_document(
+            store = self.manager.store
+            save = store.save_document(
                 self.conversation_id,
                 USAGE_DOCUMENT,
                 new.to_dict(),
                 expected_version=self._usage.version,
                 scope=self.scope,
             )
-            if ok:
+            if await reporting_failure(store, USAGE_DOCUMENT, save, self._aemit):
                 self._usage = replace(new, version=self._usage.version + 1)
                 return
             self._emit(StoreConflict(kind="usage"))
@@ -476,24 +522,42 @@ class Session:
 
     # Calling.
     async def complete(
-        self, adapter: ModelAdapter, *, tools: Tools = None, max_tokens: int | None = None, **options: Any
+        self,
+        adapter: ModelAdapter,
+        *,
+        tools: Tools = None,
+        max_tokens: int | None = None,
+        max_calls: int | None = None,
+        **options: Any,
     ) -> ModelReply:
         """One model call through the whole cycle: prepare → call → record, recovering from overflow.
 
         An input or total-context overflow is compacted and the same model retried, at most
-        `max_token_limit_recovery_attempts` times; every retry is a model call of its own.
+        `max_token_limit_recovery_attempts` times; every retry is a model call of its own, and
+        `max_calls` (the runner's iterations left) bounds them all: an overflow on the last call
+        allowed is raised as `MaxIterationsError` (the overflow its `__cause__`), not retried.
+        The adapter gets the view's local count (`local_prompt_tokens`), so a prompt the server
+        cut to its window without an error (Ollama) raises as an overflow instead of being recorded.
         Other errors, and overflows that cannot be recovered, reach the caller unchanged.
         """
+        if max_calls is not None and max_calls < 1:
+            raise ConfigError("max_calls", f"must be at least 1, got {max_calls}")
         view = await self.prepare(tools=tools, max_tokens=max_tokens)
         attempt = 0
         while True:
             self.model_calls += 1
             try:
-                reply = await adapter.complete(view.neutral, tools=tools, max_tokens=max_tokens, **options)
+                reply = await adapter.complete(
+                    view.neutral,
+                    tools=tools,
+                    max_tokens=max_tokens,
+                    local_prompt_tokens=view.tokens,
+                    **options,
+                )
                 break
             except ContextOverflowError as error:
                 attempt += 1
-                view = await self._recover_for_retry(error, attempt, view, tools, max_tokens)
+                view = await self._recover_for_retry(error, attempt, view, tools, max_tokens, max_calls)
         await self.record(reply)
         if attempt:
             await self._aemit(
@@ -504,8 +568,16 @@ class Session:
         return reply
 
     async def _recover_for_retry(
-        self, error: ContextOverflowError, attempt: int, view: View, tools: Tools, max_tokens: int | None
+        self,
+        error: ContextOverflowError,
+        attempt: int,
+        view: View,
+        tools: Tools,
+        max_tokens: int | None,
+        max_calls: int | None,
     ) -> View:
+        """The compacted view for retry number `attempt` (also the calls made so far), or raise."""
+
         def about(event: type[_Recovery], **more: Any) -> _Recovery:
             return event(
                 attempt=attempt, phase=error.phase.value, limit=error.limit, requested=error.requested, **more
@@ -516,6 +588,12 @@ class Session:
             reason = "not_recoverable" if not error.recoverable else "attempts_exhausted"
             await self._aemit(about(RecoveryFailed, reason=reason))
             raise error
+        if max_calls is not None and attempt >= max_calls:  # Agents-Flex: a retry is an iteration too
+            await self._aemit(about(RecoveryFailed, reason="max_calls_reached"))
+            raise MaxIterationsError(
+                f"conversation {self.conversation_id!r}: the overflow was not retried, the {max_calls} "
+                f"model call(s) allowed were made ({error})"
+            ) from error
         await self._aemit(about(RecoveryStarted))
         try:
             recovered = await self.recover(error, tools=tools, max_tokens=max_tokens)
@@ -557,13 +635,20 @@ class Session:
         return 0  # unknown gap: down to the system prompt and the last two rounds
 
     # Snapshots and progress.
-    async def snapshot(self, action: str, payload: Mapping[str, Any], *, summary: str = "") -> str:
-        """Write an action snapshot (DB-GPT) and record the step in the task progress."""
-        ref = await self.manager.workspace.write_snapshot(
-            self.conversation_id, action, {**payload, "conv_id": self.conversation_id}
+    async def snapshot(
+        self, snapshot: ActionSnapshot | str, payload: Mapping[str, Any] | None = None, *, summary: str = ""
+    ) -> str:
+        """Write an action snapshot (every DB-GPT field) and record the step in the task progress.
+
+        `snapshot(action, payload)` with a mapping of those fields still works.
+        """
+        record = (
+            snapshot
+            if isinstance(snapshot, ActionSnapshot)
+            else ActionSnapshot.from_payload(snapshot, payload or {})
         )
-        step = int(ref.rsplit("/", 1)[-1].split("_")[1])
-        done = ProgressStep(step, action, summary, ref)
+        step, ref = await self.manager.workspace.snapshot(self.conversation_id, record)
+        done = ProgressStep(step, record.action, summary, ref)
         await self.update_state(lambda state: state.evolve(progress=(*state.progress, done)))
         return ref
 
@@ -583,7 +668,7 @@ class Session:
             context_window=budget.context_window,
             reserved_output=budget.reserved_output,
             model_key=self.manager.model.key,
-            capacity_source=self.manager.model.source.value,
+            capacity_source=budget.capacity_source.value,
         )
 
     def _status(self, tokens: int, budget: Budget) -> ContextStatus:
@@ -593,7 +678,6 @@ class Session:
             source=self.counter.source,
             conversation_id=self.conversation_id,
             model_key=self.manager.model.key,
-            capacity_source=self.manager.model.source.value,
         )
 
     def _emit(self, event: Any) -> None:
@@ -601,6 +685,13 @@ class Session:
 
     async def _aemit(self, event: Any) -> None:
         await self.manager.events.aemit(_stamp(event, self.conversation_id))
+
+
+def _raised(outcome: Outcome) -> Outcome:
+    """The outcome, or its summary failure raised (`fail` strategy) now that the state is saved."""
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome
 
 
 def _stamp(event: Any, conversation_id: str) -> Any:

@@ -15,7 +15,6 @@ _PAGE = 4_000
 
 def recall_tool(workspace: Workspace, conversation_id: str) -> Tool:
     """A tool confined to one conversation's offloaded content (and shared data files)."""
-    own = workspace.session_dir(conversation_id) + "/"
 
     async def recall(reference: str, pattern: str | None = None, offset: int = 0, limit: int = _PAGE) -> str:
         """Read content that was removed from your context, by the reference shown where it was.
@@ -24,10 +23,11 @@ def recall_tool(workspace: Workspace, conversation_id: str) -> Tool:
         (a regular expression), only matching lines are returned, with line numbers. Long
         content comes in pages: pass `offset` (characters, or lines with a pattern) for the next.
         """
-        if not (reference.startswith(own) or reference.startswith("data/")):
-            raise ToolError(f"{reference!r} is not a reference of this conversation")
         try:
-            text = await workspace.read(reference)
+            own = await workspace.resolve(conversation_id, reference)
+            if own is None:
+                raise ToolError(f"{reference!r} is not a reference of this conversation")
+            text = await workspace.read(own)
         except (WorkspaceError, ValueError) as exc:
             raise ToolError(str(exc)) from None
         limit = max(1, min(limit, _PAGE * 4))

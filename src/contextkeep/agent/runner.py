@@ -4,8 +4,11 @@
 prepared, made, recorded and (on overflow) recovered by the session; a deferred
 compression flagged by one call is applied before the next call of the same turn;
 tool calls run (in parallel when the model asks for several), each successful one
-writes a snapshot and a task-progress step. A run without a conversation id uses a
-throwaway store and workspace, so it persists nothing.
+writes a snapshot and a task-progress step. Every model call, recovery retries included,
+is one of the agent's `max_iterations`. The system prompt of each call is the agent's, then
+its skills, then the `on_system_prompt` hooks (the runner's, then the agent's; async ones
+awaited before the view is built). A run without a conversation id uses a throwaway store
+and workspace, so it persists nothing.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkeep.agent.recall import recall_tool
+from contextkeep.agent.skills import Skill, skills_hook
 from contextkeep.agent.tools import Tool, ToolError
+from contextkeep.compaction.system_prompt import SystemPromptHook, default_progress_hook
 from contextkeep.config import ContextConfig
 from contextkeep.errors import MaxIterationsError
 from contextkeep.events import EventBus, Listener
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message, ToolCall
-from contextkeep.models.adapter import ModelAdapter
-from contextkeep.offload.workspace import Workspace
+from contextkeep.models.adapter import ModelAdapter, adapter_spec
+from contextkeep.offload import ActionSnapshot, Offloader, Workspace
 from contextkeep.session import Session
 from contextkeep.stores.base import Store
 from contextkeep.stores.memory import MemoryStore
@@ -60,6 +65,10 @@ class Agent:
     """Offer the `recall` tool, so the agent can read back what compaction removed."""
     summarizer: Summarizer | None = None
     """An LLM summariser for layer 3 (the extractive one is used otherwise)."""
+    skills: Sequence[Skill] = ()
+    """Skills whose name and description follow the system prompt in every call (AgentScope)."""
+    hooks: Sequence[SystemPromptHook] = ()
+    """`on_system_prompt` hooks, sync or async (after the runner's)."""
 
 
 @dataclass
@@ -83,12 +92,15 @@ class Runner:
         self,
         *,
         store: Store | str | None = None,
-        workspace: Workspace | str | None = None,
+        workspace: Workspace | Offloader | str | None = None,
         listeners: Sequence[Listener] = (),
         events: EventBus | None = None,
+        hooks: Sequence[SystemPromptHook] = (),
     ) -> None:
         self.store = store
         self.workspace = workspace
+        self.hooks = tuple(hooks)
+        """`on_system_prompt` hooks of every agent it runs, sync or async (before the agent's)."""
         self.events = events or EventBus()
         for listener in listeners:
             self.events.subscribe(listener)
@@ -102,20 +114,30 @@ class Runner:
         return self._managers[key]
 
     def _new_manager(
-        self, agent: Agent, store: Store | str | None, workspace: Workspace | str | None
+        self, agent: Agent, store: Store | str | None, workspace: Workspace | Offloader | str | None
     ) -> ContextManager:
         return ContextManager(
-            agent.model.spec,
+            adapter_spec(agent.model),
             config=agent.config,
             store=store,
             workspace=workspace,
             summarizer=agent.summarizer,
             default_max_tokens=agent.default_max_tokens,
             events=self.events,
+            hooks=self._hooks(agent),
         )
 
+    def _hooks(self, agent: Agent) -> tuple[SystemPromptHook, ...]:
+        """AgentScope's order: the prompt, the skills, then the hooks (DB-GPT's progress first)."""
+        skills = (skills_hook(agent.skills),) if agent.skills else ()
+        return (*skills, default_progress_hook, *self.hooks, *agent.hooks)
+
     async def run(self, agent: Agent, conversation_id: str | None, user_input: str) -> Turn:
-        """Run one turn; raises `MaxIterationsError` when the agent keeps calling tools past its limit."""
+        """Run one turn; raises `MaxIterationsError` when its model calls reach `max_iterations`.
+
+        That includes an overflow on the last call allowed: it is not retried (the overflow is
+        the error's `__cause__`).
+        """
         if conversation_id is None:
             # Agents-Flex: a run without a conversation id persists nothing.
             with tempfile.TemporaryDirectory(prefix="contextkeep-") as scratch:
@@ -132,24 +154,27 @@ class Runner:
             tools = {t.name: t for t in _tools(agent, session)}
             schemas = [t.schema() for t in tools.values()] or None
             start = len(session.transcript)
-            if start == 0 and agent.system_prompt:
+            if start == 0 and (agent.system_prompt or agent.skills or agent.hooks or self.hooks):
+                # Even empty: skills and hooks apply to the system message.
                 await session.add({"role": "system", "content": agent.system_prompt})
             await session.add({"role": "user", "content": user_input})
             turn = Turn("")
             while True:
-                if session.model_calls >= agent.max_iterations:
-                    raise MaxIterationsError(
-                        f"agent {agent.name!r} made {session.model_calls} model calls in one turn "
-                        f"(max_iterations={agent.max_iterations}) without a final answer"
+                left = agent.max_iterations - session.model_calls  # recovery retries count too
+                if left < 1:
+                    raise _exhausted(agent, session.model_calls)
+                try:
+                    reply = await session.complete(
+                        agent.model, tools=schemas, max_tokens=agent.default_max_tokens, max_calls=left
                     )
-                reply = await session.complete(
-                    agent.model, tools=schemas, max_tokens=agent.default_max_tokens
-                )
+                except MaxIterationsError as exc:  # an overflow on the last call allowed: no retry
+                    raise _exhausted(agent, session.model_calls) from exc
                 if not reply.message.tool_calls:
                     turn.output = reply.message.text
                     break
+                thought = reply.message.text or None  # what the model said while making these calls
                 results = await asyncio.gather(
-                    *(self._execute(session, tools, c) for c in reply.message.tool_calls)
+                    *(self._execute(session, tools, c, thought) for c in reply.message.tool_calls)
                 )
                 await session.add(list(results))
                 turn.tool_calls += len(results)
@@ -157,7 +182,9 @@ class Runner:
             turn.messages = list(session.transcript[start:])
             return turn
 
-    async def _execute(self, session: Session, tools: dict[str, Tool], call: ToolCall) -> Message:
+    async def _execute(
+        self, session: Session, tools: dict[str, Tool], call: ToolCall, thought: str | None
+    ) -> Message:
         found = tools.get(call.name)
         try:
             if found is None:
@@ -169,11 +196,19 @@ class Runner:
             logger.warning("tool %s failed: %s", call.name, exc)
             return Message("tool", f"Error: {type(exc).__name__}: {exc}", tool_call_id=call.id)
         await session.snapshot(
-            call.name,
-            {"action": call.name, "phase": "tool", "action_input": call.arguments, "observation": output},
+            ActionSnapshot(
+                call.name, phase="tool", thought=thought, action_input=call.arguments, observation=output
+            ),
             summary=_first_line(output),
         )
         return Message("tool", output, tool_call_id=call.id)
+
+
+def _exhausted(agent: Agent, calls: int) -> MaxIterationsError:
+    return MaxIterationsError(
+        f"agent {agent.name!r} made {calls} model calls in one turn "
+        f"(max_iterations={agent.max_iterations}) without a final answer"
+    )
 
 
 def _tools(agent: Agent, session: Session) -> list[Tool]:

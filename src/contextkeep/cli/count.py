@@ -11,7 +11,7 @@ import click
 from contextkeep.errors import ContextKeepError
 from contextkeep.replay.accuracy import count_accuracy
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import CalibratedCounter, TokenCounter, counter_for_model
+from contextkeep.tokens import counter_for_model
 
 __all__ = ["count"]
 
@@ -24,10 +24,15 @@ __all__ = ["count"]
     "--tokenizer",
     "spec",
     default=None,
-    help="tiktoken[:ENCODING], hf:PATH (a tokenizer.json), or heuristic[:CHARS_PER_TOKEN]. "
-    "Default: tiktoken for OpenAI models, the heuristic otherwise.",
+    help="tiktoken[:ENCODING], hf:PATH (a tokenizer.json), heuristic[:CHARS_PER_TOKEN] or pieces. "
+    "Default: tiktoken for OpenAI models; otherwise pieces with --calibrate, the heuristic without.",
 )
-@click.option("--calibrate", is_flag=True, help="Scale counts by the ratio learned from confirmed usage.")
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Count as a live session does: anchored on each confirmed call, the rest scaled by the "
+    "ratio learned from confirmed usage.",
+)
 @click.option(
     "--warmup", default=None, type=int, help="Calls left out of the figures (default 3 with --calibrate)."
 )
@@ -44,9 +49,10 @@ def count(
                     if not as_json:
                         click.echo(f"{trajectory.name}: no recorded provider usage, nothing to compare")
                     continue
-                counter: TokenCounter = counter_for_model(trajectory.model, spec)
-                if calibrate:
-                    counter = CalibratedCounter(counter)
+                # A tokenizer asked for by name is measured, not replaced by an estimate.
+                counter = counter_for_model(
+                    trajectory.model, spec, calibrate=calibrate, strict=spec is not None
+                )
                 report = count_accuracy(trajectory, counter, warmup=skip)
                 if as_json:
                     click.echo(json.dumps({**report.to_dict(), "model": trajectory.model}))

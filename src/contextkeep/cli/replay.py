@@ -66,7 +66,7 @@ def _encoder(model: str, spec: str | None, cache: dict[str, Encoder]) -> Encoder
 
 def _thresholds(manager: ContextManager) -> dict[str, int | None]:
     config = manager.config
-    window = config.max_context_tokens or manager.model.context_window
+    window = manager.capacity().window
     if window is None:
         return {}
     effective = window - (config.reserved_tokens or manager.model.max_output_tokens or 0)

@@ -12,20 +12,16 @@ appended since call N-1 (or to what the compaction changed).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from contextkeep.compaction.ingest import truncate_tool_result
-from contextkeep.compaction.render import (
-    detail_reference,
-    dropped_marker,
-    masked_output,
-    progress_section,
-)
-from contextkeep.compaction.state import CompactionState, ProgressStep
+from contextkeep.compaction.render import detail_reference, dropped_marker, masked_output
+from contextkeep.compaction.state import CompactionState
+from contextkeep.compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
 from contextkeep.config import ContextConfig
 from contextkeep.messages import ImagePart, Message, TextPart
-from contextkeep.rounds import Round
+from contextkeep.rounds import Round, current_turn_start
 from contextkeep.tokens import TokenCounter
 
 __all__ = [
@@ -38,13 +34,6 @@ __all__ = [
 
 REF_KEY = "ck_ref"
 """Metadata key of a message's (or part's) offload reference, set when it is added."""
-
-SystemPromptHook = Callable[[str, Sequence[ProgressStep]], str]
-
-
-def default_progress_hook(system: str, steps: Sequence[ProgressStep]) -> str:
-    """DB-GPT's task progress: completed steps and their snapshot references."""
-    return system + progress_section(steps) if steps else system
 
 
 def first_droppable(rounds: Sequence[Round], pin_first_user: bool) -> int:
@@ -72,7 +61,8 @@ class ViewBuilder:
     ) -> None:
         self.config = config
         self.counter = counter
-        self.hooks = tuple(hooks)
+        self.system = SystemPrompt(hooks)
+        """The `on_system_prompt` hooks and their resolved results."""
         self.window = window
         """The model's context window (layer 0's limit is capped at a share of it)."""
         # Every transcript message from `_base` on, as the boundaries `_marks` say to show it.
@@ -93,6 +83,17 @@ class ViewBuilder:
             self._derived.clear()
             self._sources.clear()
 
+    async def resolve_system(
+        self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
+    ) -> None:
+        """Run the `on_system_prompt` hooks (async ones awaited) for the views `state` leads to.
+
+        Call it before building whenever the transcript or state may have changed (sessions do
+        when they load); building then only reads the results.
+        """
+        if _preamble_end(rounds):
+            await self.system.resolve(transcript[0].text, state.progress, self._progress_shown(state))
+
     def build(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState
     ) -> list[Message]:
@@ -109,9 +110,7 @@ class ViewBuilder:
         for i in range(preamble_end):
             m = transcript[i]
             if i == 0:
-                text = m.text
-                for hook in self.hooks:
-                    text = hook(text, state.progress[: state.progress_shown])
+                text = self.system.text(m.text, state.progress[: self._progress_shown(state)])
                 m = m if text == m.text else self._made(m, text)
             out.append(m)
         if state.minimal:
@@ -136,7 +135,14 @@ class ViewBuilder:
                 state.drop_reference,
             )
             out.append(self._made(Message("user", metadata={"ck_kind": "dropped"}), text))
+        turn = current_turn_start(rounds) if self.config.keep_recent_turns is None else None
+        if turn is not None and start <= turn < cut:  # the current task stays in view, whatever is cut
+            out.append(self._derive(transcript[turn], turn, state))
         return out
+
+    def _progress_shown(self, state: CompactionState) -> int:
+        """How many completed steps the system prompt shows (`progress_in_prompt`)."""
+        return len(state.progress) if self.config.progress_in_prompt == "always" else state.progress_shown
 
     def body(
         self, transcript: Sequence[Message], rounds: Sequence[Round], state: CompactionState

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from contextkeep.compaction.state import CompactionState
 from contextkeep.messages import Message
-from contextkeep.rounds import Round
+from contextkeep.rounds import Round, current_turn_start
 
-__all__ = ["DropPlan", "droppable_rounds", "mask", "plan_drop", "protected_start"]
+__all__ = ["DropPlan", "droppable_rounds", "mask", "plan_drop", "protected_start", "protection"]
 
 
 def droppable_rounds(rounds: Sequence[Round], start: int) -> list[Round]:
@@ -36,22 +36,32 @@ def protected_start(rounds: Sequence[Round], keep: int) -> int:
     return body[max(len(body) - keep, 0)].start
 
 
+def protection(rounds: Sequence[Round], keep_rounds: int, keep_turns: int | None) -> int:
+    """Transcript index from which L1–L3 leave everything verbatim.
+
+    The newest `keep_rounds` rounds always; with `keep_turns` set (Agents-Flex), also the
+    current turn and that many complete turns before it.
+    """
+    start = protected_start(rounds, keep_rounds)
+    if keep_turns is None:
+        return start
+    turn = current_turn_start(rounds, keep_turns)
+    return start if turn is None else min(start, turn)
+
+
 def mask(
     rounds: Sequence[Round],
     transcript: Sequence[Message],
     state: CompactionState,
     *,
     age: int,
-    keep: int,
+    protect: int,
     max_images: int,
 ) -> CompactionState:
-    """Move the mask boundary to the round `age` rounds back (never into the protected rounds)."""
+    """Move the mask boundary to the round `age` rounds back (never past `protect`)."""
     body = [r for r in rounds if not (r.kind == "system" and r.index == 0)]
-    if len(body) <= age:
-        boundary = state.mask_boundary
-    else:
-        boundary = min(body[len(body) - age].start, protected_start(rounds, keep))
-    image_boundary = _image_boundary(transcript, max_images, protected_start(rounds, keep))
+    boundary = state.mask_boundary if len(body) <= age else min(body[len(body) - age].start, protect)
+    image_boundary = _image_boundary(transcript, max_images, protect)
     return state.evolve(
         mask_boundary=max(state.mask_boundary, boundary),
         image_boundary=max(state.image_boundary, image_boundary),
@@ -91,10 +101,12 @@ def plan_drop(
     excess: int,
     keep_rounds: int,
     keep_tokens: int,
+    protect: int | None = None,
 ) -> DropPlan | None:
     """Drop the fewest oldest rounds from `current_cut` that remove `excess` tokens, within the keep limits.
 
-    `round_tokens[i]` is the view tokens of `rounds[i]`. Returns `None` when nothing may be dropped.
+    `round_tokens[i]` is the view tokens of `rounds[i]`; no round at or after transcript index
+    `protect` leaves. Returns `None` when nothing may be dropped.
     """
     candidates = [
         i
@@ -107,6 +119,8 @@ def plan_drop(
     removed = 0
     last = None
     for i in candidates[: len(candidates) - keep_rounds]:
+        if protect is not None and rounds[i].start >= protect:
+            break
         if removed >= excess or kept_tokens - round_tokens[i] < keep_tokens:
             break
         removed += round_tokens[i]

@@ -16,14 +16,14 @@ from typing import Any
 
 from contextkeep.budget import Budget
 from contextkeep.compaction.builder import ViewBuilder, first_droppable
-from contextkeep.compaction.layers import droppable_rounds, mask, plan_drop, protected_start
+from contextkeep.compaction.layers import droppable_rounds, mask, plan_drop, protected_start, protection
 from contextkeep.compaction.render import dropped_marker
 from contextkeep.compaction.state import CompactionRecord, CompactionState, Summary
 from contextkeep.config import ContextConfig, FailureStrategy
 from contextkeep.errors import SummaryError
 from contextkeep.events import CompressionFailed, ContextStatus
 from contextkeep.messages import Message
-from contextkeep.rounds import Round
+from contextkeep.rounds import Round, current_turn_start
 from contextkeep.summarizers.base import Summarizer, SummaryRequest, SummaryResult
 from contextkeep.tokens import TokenCounter
 
@@ -54,6 +54,12 @@ class Outcome:
     """Time the pass took, summariser calls excluded."""
     summary_seconds: float = 0.0
     """Time spent waiting for the summariser."""
+    error: SummaryError | None = None
+    """Under the `fail` strategy, the summary failure to raise once the state is saved."""
+    nothing_to_compress: bool = False
+    """Compaction was due but every round was protected (reported as a failure, as Agents-Flex does)."""
+    into_current_turn: bool = False
+    """L4 cut into the current turn (the one place that may)."""
 
     @property
     def changed(self) -> bool:
@@ -113,8 +119,11 @@ class Compactor:
         """
         started = time.perf_counter()
         view, tokens = measured or self.measure(transcript, rounds, state, tools)
-        p = _Pass(transcript, rounds, budget, tools, reason, Outcome(state, view, tokens))
+        protect = protection(rounds, self.config.min_keep_recent_rounds, self.config.keep_recent_turns)
+        p = _Pass(transcript, rounds, budget, tools, reason, Outcome(state, view, tokens), protect)
         await self._layers(p, target, force_summary=force_summary, reactive=reactive)
+        if not reactive and not p.out.changed and not p.out.failures:
+            self._nothing_to_compress(p)
         p.out.seconds = time.perf_counter() - started - p.out.summary_seconds
         return p.out
 
@@ -133,22 +142,39 @@ class Compactor:
                 continue
             if layer == "L1":
                 config = self.config
-                age, keep = config.max_observation_age_rounds, config.min_keep_recent_rounds
-                new = mask(
-                    p.rounds, p.transcript, p.out.state, age=age, keep=keep, max_images=config.max_image_num
-                )
+                age, images = config.max_observation_age_rounds, config.max_image_num
+                new = mask(p.rounds, p.transcript, p.out.state, age=age, protect=p.protect, max_images=images)
                 self._apply(p, "L1", new)
             elif layer == "L2":
-                self._drop(p, target, self.config.min_keep_recent_rounds, self._keep_tokens(budget), "L2")
+                keep_rounds, keep_tokens = self.config.min_keep_recent_rounds, self._keep_tokens(budget)
+                self._drop(p, target, keep_rounds, keep_tokens, "L2", p.protect)
             elif self._summary_due(p.out.tokens, target, error_tokens, force_summary):
                 await self._summarize(p)
+                if p.out.error is not None:  # `fail`: the pass stops here; the state is still saved
+                    return
         effective = budget.effective
         if effective is not None and p.out.tokens > effective:
             self._reactive(p, effective)
 
-    def _reactive(self, p: _Pass, target: int) -> None:
-        keep = min(2, self.config.min_keep_recent_rounds)
+    def _nothing_to_compress(self, p: _Pass) -> None:
         state = p.out.state
+        p.out.nothing_to_compress = True
+        p.out.failures.append(
+            CompressionFailed(
+                conversation_id=self.conversation_id,
+                layer="pipeline",
+                compression_reason=p.reason,
+                error="nothing to compress: every round older than the protected ones is already compacted",
+                reason="nothing_to_compress",
+                consecutive_failures=state.failures,
+                breaker_open=state.breaker_open,
+            )
+        )
+
+    def _reactive(self, p: _Pass, target: int) -> None:
+        """L4: down to the system prompt and the last two rounds, into the current turn if need be."""
+        keep = min(2, self.config.min_keep_recent_rounds)
+        state = before = p.out.state
         boundary = protected_start(p.rounds, keep)
         if boundary > state.mask_boundary:
             self._apply(
@@ -160,6 +186,10 @@ class Compactor:
             self._drop(p, target, keep, 0, "L4")
         if p.out.tokens > target and not p.out.state.minimal:
             self._apply(p, "L4", p.out.state.evolve(minimal=True))
+        after, turn = p.out.state, current_turn_start(p.rounds)
+        reach = max(after.mask_boundary, after.cut, len(p.transcript) if after.minimal else 0)
+        if turn is not None and after != before and reach > turn:
+            p.out.into_current_turn = True
 
     def _summary_due(self, tokens: int, target: int, error_tokens: int | None, force: bool) -> bool:
         """DB-GPT: summarise at or above the error threshold; AgentScope (trigger ratio set): above target."""
@@ -190,6 +220,9 @@ class Compactor:
         if new.progress_shown != len(new.progress):  # the prefix changes anyway: show progress now
             new = new.evolve(progress_shown=len(new.progress))
         view, tokens = self.measure(p.transcript, p.rounds, new, p.tools)
+        if tokens == out.tokens and view == out.view:  # moved a boundary over nothing it changes
+            out.state = new
+            return
         record = CompactionRecord(layer, p.reason, out.tokens, tokens, span[0], span[1], references)
         out.state = new.evolve(records=(*new.records, record))
         out.view, out.tokens = view, tokens
@@ -207,7 +240,15 @@ class Compactor:
             "%s %s: %d -> %d tokens (%s)", self.conversation_id, layer, record.tokens_before, tokens, p.reason
         )
 
-    def _drop(self, p: _Pass, target: int, keep_rounds: int, keep_tokens: int, layer: str) -> None:
+    def _drop(
+        self,
+        p: _Pass,
+        target: int,
+        keep_rounds: int,
+        keep_tokens: int,
+        layer: str,
+        protect: int | None = None,
+    ) -> None:
         out, transcript = p.out, p.transcript
         start = first_droppable(p.rounds, self.config.pin_first_user)
         # The estimate can fall short (framing context, the marker's own tokens): retry a few times.
@@ -222,7 +263,13 @@ class Compactor:
             if out.state.drop_cursor <= max(start, summarised):  # no marker in view: one comes with the drop
                 excess += self._marker_tokens(transcript, candidates)
             plan = plan_drop(
-                candidates, sizes, cut, excess=excess, keep_rounds=keep_rounds, keep_tokens=keep_tokens
+                candidates,
+                sizes,
+                cut,
+                excess=excess,
+                keep_rounds=keep_rounds,
+                keep_tokens=keep_tokens,
+                protect=protect,
             )
             if plan is None:
                 return
@@ -248,7 +295,7 @@ class Compactor:
     def _summary_cursor(self, p: _Pass, start: int) -> int:
         """Where the summary ends: before the newest rounds that hold the kept recent tokens (and rounds)."""
         out, rounds = p.out, p.rounds
-        cursor = protected_start(rounds, self.config.min_keep_recent_rounds)
+        cursor = p.protect
         candidates = [r for r in droppable_rounds(rounds, max(out.state.cut, start)) if r.start < cursor]
         sizes = self._round_tokens(out.view, p.transcript, candidates)
         kept = sum(self._round_tokens(out.view, p.transcript, [r for r in rounds if r.start >= cursor]))
@@ -279,7 +326,7 @@ class Compactor:
 
     async def _summarize(self, p: _Pass) -> None:
         out, state = p.out, p.out.state
-        if state.breaker_open or (self.summarizer is None and self.fallback is None):
+        if self.summarizer is None and self.fallback is None:
             return
         first = first_droppable(p.rounds, self.config.pin_first_user)
         start = max(first, state.summary.cursor if state.summary else 0)
@@ -290,40 +337,60 @@ class Compactor:
         request = SummaryRequest(self.conversation_id, covered, state.summary, self.config, self.counter)
         summarizer = self.summarizer if self.summarizer is not None else self.fallback
         assert summarizer is not None
-        try:
-            result = await self._timed_summary(p, summarizer, request)
-            if not result.text.strip():
-                raise SummaryError("the summariser returned an empty summary")
-            failures = 0
-        except SummaryError as exc:
-            failures = state.failures + 1
-            breaker = failures >= self.config.max_compact_failures
-            out.failures.append(
-                CompressionFailed(
-                    conversation_id=self.conversation_id,
-                    layer="L3",
-                    compression_reason=p.reason,
-                    error=str(exc),
-                    consecutive_failures=failures,
-                    breaker_open=breaker,
-                )
-            )
-            out.state = state.evolve(failures=failures, breaker_open=breaker)
-            strategy = self.config.compression_failure_strategy
-            if strategy is FailureStrategy.FAIL:
-                raise
-            if (
-                strategy is FailureStrategy.USE_ORIGINAL
-                or self.fallback is None
-                or summarizer is self.fallback
-            ):
-                return
-            result = await self._timed_summary(p, self.fallback, request)
+        if state.breaker_open:  # the breaker keeps the failing summariser out until a reset
+            result = await self._after_failure(p, summarizer, request, None)
+        else:
+            try:
+                result = await self._timed_summary(p, summarizer, request)
+                if not result.text.strip():
+                    raise SummaryError("the summariser returned an empty summary")
+                out.state = state.evolve(failures=0)
+            except SummaryError as exc:
+                result = await self._after_failure(p, summarizer, request, exc)
+        if result is None:
+            return
         reference = self.reference(p.transcript[first:cursor])
         summary = Summary(result.text, cursor, result.data, result.method, reference)
         out.offloads.append(covered)
-        new = out.state.evolve(summary=summary, failures=failures)
-        self._apply(p, "L3", new, (start, cursor), (self.reference(covered),))
+        self._apply(p, "L3", out.state.evolve(summary=summary), (start, cursor), (self.reference(covered),))
+
+    async def _after_failure(
+        self, p: _Pass, summarizer: Summarizer, request: SummaryRequest, exc: SummaryError | None
+    ) -> SummaryResult | None:
+        """Count a failure (`exc`, or None when the open breaker skipped the call), then apply the strategy.
+
+        Returns the fallback's summary, or None when the view stays as it is.
+        """
+        state, strategy = p.out.state, self.config.compression_failure_strategy
+        if exc is None:
+            failures, breaker = state.failures, True
+            error = SummaryError(f"circuit breaker open after {failures} consecutive summary failures")
+        else:
+            failures = state.failures + 1
+            breaker = failures >= self.config.max_compact_failures
+            error = exc
+        if exc is not None or strategy is FailureStrategy.FAIL:  # an open breaker's fallback is no news
+            self._failed(p, error, failures, breaker, "summary_failed" if exc is not None else "breaker_open")
+        p.out.state = state.evolve(failures=failures, breaker_open=breaker)
+        if strategy is FailureStrategy.FAIL:
+            p.out.error = error
+            return None
+        if strategy is FailureStrategy.USE_ORIGINAL or self.fallback is None or summarizer is self.fallback:
+            return None
+        return await self._timed_summary(p, self.fallback, request)
+
+    def _failed(self, p: _Pass, error: SummaryError, failures: int, breaker: bool, reason: str) -> None:
+        p.out.failures.append(
+            CompressionFailed(
+                conversation_id=self.conversation_id,
+                layer="L3",
+                compression_reason=p.reason,
+                error=str(error),
+                reason=reason,
+                consecutive_failures=failures,
+                breaker_open=breaker,
+            )
+        )
 
     @staticmethod
     async def _timed_summary(p: _Pass, summarizer: Summarizer, request: SummaryRequest) -> SummaryResult:
@@ -344,3 +411,5 @@ class _Pass:
     tools: Tools
     reason: str
     out: Outcome
+    protect: int = 0
+    """Transcript index from which L1–L3 keep everything verbatim (recent rounds, protected turns)."""

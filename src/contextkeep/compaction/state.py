@@ -88,6 +88,8 @@ class CompactionState:
     """A compaction is due before the next model call (deferred, Agents-Flex)."""
     compression_reason: str = ""
     """Why it is due."""
+    compression_required_at: float | None = None
+    """Unix time it became due (persisted: the REQUIRED→COMPLETED latency spans restarts and instances)."""
     failures: int = 0
     """Consecutive summary failures."""
     breaker_open: bool = False

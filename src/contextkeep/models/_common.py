@@ -1,4 +1,5 @@
-"""What the model adapters share: the optional-SDK error, SDK error mapping and tool shapes."""
+"""What the model adapters share: the optional-SDK error, SDK error mapping, the silent-truncation
+check and tool shapes."""
 
 from __future__ import annotations
 
@@ -6,10 +7,20 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from contextkeep.capabilities import ModelSpec
 from contextkeep.errors import ConfigError, ModelError
-from contextkeep.models.overflow import classify_exception
+from contextkeep.models.adapter import ModelReply
+from contextkeep.models.overflow import check_silent_truncation, classify_exception
 
-__all__ = ["ProviderError", "anthropic_tool", "as_mapping", "map_sdk_error", "missing_extra", "openai_tool"]
+__all__ = [
+    "ProviderError",
+    "anthropic_tool",
+    "as_mapping",
+    "map_sdk_error",
+    "missing_extra",
+    "openai_tool",
+    "reject_truncated",
+]
 
 logger = logging.getLogger("contextkeep.models")
 
@@ -60,6 +71,21 @@ def map_sdk_error(exc: BaseException, provider: str) -> ModelError:
     status = status if isinstance(status, int) and not isinstance(status, bool) else None
     logger.warning("%s call failed (status %s): %s", provider, status, exc)
     return ProviderError(f"{provider} call failed: {exc}", provider=provider, status_code=status)
+
+
+def reject_truncated(reply: ModelReply, local_prompt_tokens: int | None, spec: ModelSpec) -> ModelReply:
+    """`reply`, unless its prompt count shows the server cut the prompt to the window unasked (Ollama).
+
+    Then `ContextOverflowError` (phase INPUT_CONTEXT) is raised: the reply answers a mutilated
+    prompt. Without our own count (`local_prompt_tokens` None) nothing can be told.
+    """
+    if local_prompt_tokens is None:
+        return reply
+    truncated = check_silent_truncation(reply.usage.input_tokens, local_prompt_tokens, spec.context_window)
+    if truncated is not None:
+        logger.warning("%s: %s", spec.key, truncated)
+        raise truncated
+    return reply
 
 
 def as_mapping(obj: Any) -> Mapping[str, Any] | None:

@@ -10,7 +10,7 @@ from contextkeep.capabilities import ModelSpec
 from contextkeep.messages import Message
 from contextkeep.usage import Usage
 
-__all__ = ["ModelAdapter", "ModelReply"]
+__all__ = ["ModelAdapter", "ModelReply", "adapter_spec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,11 @@ class ModelReply:
 
 @runtime_checkable
 class ModelAdapter(Protocol):
-    """Calls one model. Overflow errors are raised as `ContextOverflowError` with their phase."""
+    """Calls one model. Overflow errors are raised as `ContextOverflowError` with their phase.
+
+    A user's adapter should give a `spec` with a stable key; one without it still runs, keyed by
+    its class name with capacity unknown (see :func:`adapter_spec`).
+    """
 
     @property
     def spec(self) -> ModelSpec:
@@ -44,7 +48,23 @@ class ModelAdapter(Protocol):
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
         **options: Any,
     ) -> ModelReply:
-        """Send the view; return the reply with usage. Raises `ContextOverflowError` or `ModelError`."""
+        """Send the view; return the reply with usage. Raises `ContextOverflowError` or `ModelError`.
+
+        `local_prompt_tokens` is our own count of the view (`View.tokens`; `Session.complete`
+        always passes it). A reply whose reported prompt shows it was cut to the window
+        without an error (Ollama) must raise `ContextOverflowError` (phase INPUT_CONTEXT)
+        instead of being returned: see :func:`~contextkeep.models.overflow.check_silent_truncation`.
+        """
         ...
+
+
+def adapter_spec(adapter: ModelAdapter) -> ModelSpec:
+    """The adapter's model spec; without one, its class name keys the model (Agents-Flex's fallback).
+
+    The fallback knows no capacity, so no ratio is computed for it (capacity is never guessed).
+    """
+    spec = getattr(adapter, "spec", None)
+    return spec if isinstance(spec, ModelSpec) else ModelSpec(type(adapter).__name__)

@@ -16,7 +16,13 @@ from contextkeep.capabilities import ModelSpec, aresolve_model_spec
 from contextkeep.errors import ConfigError
 from contextkeep.formats.anthropic import from_anthropic, to_anthropic
 from contextkeep.messages import Message
-from contextkeep.models._common import anthropic_tool, as_mapping, map_sdk_error, missing_extra
+from contextkeep.models._common import (
+    anthropic_tool,
+    as_mapping,
+    map_sdk_error,
+    missing_extra,
+    reject_truncated,
+)
 from contextkeep.models.adapter import ModelReply
 from contextkeep.usage import Usage
 
@@ -126,13 +132,15 @@ class AnthropicAdapter:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
         **options: Any,
     ) -> ModelReply:
         """Send the view and return the reply.
 
         `options` go to the SDK as request fields (`temperature`, `thinking`, `tool_choice`,
-        `extra_headers`, ...), except ``stream``. Raises `ContextOverflowError` for a
-        length error, `ProviderError` for any other failure.
+        `extra_headers`, ...), except ``stream``. With `local_prompt_tokens`, a reply from a
+        server that cut the prompt to the window unasked (Ollama's Messages API) raises.
+        Raises `ContextOverflowError` for a length error, `ProviderError` for any other failure.
         """
         system, converted = to_anthropic(messages)
         body: dict[str, Any] = {"max_tokens": self._default_max_tokens, **self._defaults, **options}
@@ -169,7 +177,7 @@ class AnthropicAdapter:
             reply.usage.input_tokens,
             reply.usage.output_tokens,
         )
-        return reply
+        return reject_truncated(reply, local_prompt_tokens, self._spec)
 
 
 def parse_message(response: Any) -> ModelReply:

@@ -16,7 +16,7 @@ from typing import Any
 from contextkeep.capabilities import ModelSpec
 from contextkeep.formats.openai import to_openai
 from contextkeep.messages import Message
-from contextkeep.models._common import map_sdk_error, missing_extra, openai_tool
+from contextkeep.models._common import map_sdk_error, missing_extra, openai_tool, reject_truncated
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.openai import parse_completion
 
@@ -61,9 +61,10 @@ class LiteLLMAdapter:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
         **options: Any,
     ) -> ModelReply:
-        """Send the view; raises `ContextOverflowError` or `ProviderError`."""
+        """Send the view; raises `ContextOverflowError` (silent truncation too) or `ProviderError`."""
         body: dict[str, Any] = {**self._defaults, **options}
         body |= {"model": self._spec.key, "messages": to_openai(messages)}
         if tools:
@@ -75,4 +76,4 @@ class LiteLLMAdapter:
             response = await self._acompletion(**body)
         except Exception as exc:  # litellm's errors share no base class we can name without importing it
             raise map_sdk_error(exc, "litellm") from exc
-        return parse_completion(response)
+        return reject_truncated(parse_completion(response), local_prompt_tokens, self._spec)

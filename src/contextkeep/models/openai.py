@@ -5,11 +5,11 @@ adapter = await OpenAIAdapter.create("qwen3-32b", base_url="http://vllm:8000/v1"
 reply = await adapter.complete(view_messages, tools=tools, max_tokens=1024)
 ```
 
-Ollama cuts a prompt longer than its `num_ctx` without an error. Pass
-``local_prompt_tokens=`` (our own count of the prompt) to :meth:`OpenAIAdapter.complete`
-and set `context_window` to the `num_ctx` the server runs with: a truncated prompt then
-*raises* :class:`~contextkeep.errors.ContextOverflowError` (phase INPUT_CONTEXT,
-provider ``ollama``), and the reply, built from a mutilated prompt, is discarded.
+Ollama cuts a prompt longer than its `num_ctx` without an error. With
+``local_prompt_tokens=`` (our own count of the prompt; `Session.complete`, the runner and
+the proxy pass the view's) and `context_window` set to the `num_ctx` the server runs with,
+a truncated prompt *raises* :class:`~contextkeep.errors.ContextOverflowError` (phase
+INPUT_CONTEXT, provider ``ollama``), and the reply, built from a mutilated prompt, is discarded.
 """
 
 from __future__ import annotations
@@ -23,9 +23,14 @@ from contextkeep.capabilities import ModelSpec, aresolve_model_spec
 from contextkeep.errors import ConfigError
 from contextkeep.formats.openai import to_openai
 from contextkeep.messages import Message, ToolCall
-from contextkeep.models._common import ProviderError, as_mapping, map_sdk_error, openai_tool
+from contextkeep.models._common import (
+    ProviderError,
+    as_mapping,
+    map_sdk_error,
+    openai_tool,
+    reject_truncated,
+)
 from contextkeep.models.adapter import ModelReply
-from contextkeep.models.overflow import check_silent_truncation
 from contextkeep.usage import Usage
 
 if TYPE_CHECKING:
@@ -126,17 +131,16 @@ class OpenAIAdapter:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
         **options: Any,
     ) -> ModelReply:
         """Send the view and return the reply.
 
         `options` go to the SDK as request fields (`temperature`, `tool_choice`, `extra_body`,
-        ...), except ``local_prompt_tokens`` (see the module docs) and ``stream``.
-        Raises `ContextOverflowError` for a length error, `ProviderError` for any other failure.
+        ...), except ``stream``. With `local_prompt_tokens`, a silently truncated prompt raises
+        (see the module docs). Raises `ContextOverflowError` for a length error, `ProviderError`
+        for any other failure.
         """
-        local_prompt_tokens = options.pop("local_prompt_tokens", None)
-        if local_prompt_tokens is not None and not isinstance(local_prompt_tokens, int):
-            raise ConfigError("local_prompt_tokens", f"must be an int, got {local_prompt_tokens!r}")
         body: dict[str, Any] = {**self._defaults, **options}
         stream = bool(body.pop("stream", self._stream))
         body |= {"model": self._spec.key, "messages": to_openai(messages)}
@@ -162,14 +166,7 @@ class OpenAIAdapter:
             reply.usage.input_tokens,
             reply.usage.output_tokens,
         )
-        if local_prompt_tokens is not None:
-            truncated = check_silent_truncation(
-                reply.usage.input_tokens, local_prompt_tokens, self._spec.context_window
-            )
-            if truncated is not None:
-                logger.warning("%s: %s", self._spec.key, truncated)
-                raise truncated
-        return reply
+        return reject_truncated(reply, local_prompt_tokens, self._spec)
 
     async def _single(self, body: dict[str, Any]) -> ModelReply:
         return parse_completion(await self._client.chat.completions.create(**body))

@@ -25,36 +25,24 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from contextkeep.errors import WorkspaceError
 from contextkeep.messages import Message, message_json
 from contextkeep.offload._paths import safe_relative, safe_segment
+from contextkeep.offload.snapshot import ActionSnapshot
 
-__all__ = ["LocalWorkspace", "Offloader", "Workspace"]
+__all__ = ["LocalWorkspace", "Workspace"]
 
 _STEP = re.compile(r"^step_(\d+)_")
 
 
-@runtime_checkable
-class Offloader(Protocol):
-    """Persists what leaves the view and reads it back."""
-
-    async def offload_context(self, session_id: str, messages: Sequence[Message]) -> str:
-        """Persist removed messages; return a reference to them."""
-        ...
-
-    async def offload_tool_result(self, session_id: str, tool_call_id: str, content: str) -> str:
-        """Persist a tool result's full text; return a reference."""
-        ...
-
-    async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
-        """Text behind a reference, from character `offset`, at most `limit` characters."""
-        ...
-
-
 class Workspace(ABC):
-    """The layout over some storage; subclasses supply six primitive operations."""
+    """The layout over some storage; subclasses supply six primitive operations.
+
+    It is contextkeep's full offloader: AgentScope's two methods (its `offload_tool_result`
+    takes the call id and the text), reading back, snapshots and data files.
+    """
 
     def __init__(self) -> None:
         self._known_ids: dict[str, set[str]] = {}
@@ -98,6 +86,7 @@ class Workspace(ABC):
 
     # Offloader.
     async def offload_context(self, session_id: str, messages: Sequence[Message]) -> str:
+        """Append removed messages to `context.jsonl` (each once); return the span's reference."""
         path = f"{self.session_dir(session_id)}/context.jsonl"
         async with self._lock:
             known = await self._ids_in(session_id, path)
@@ -118,6 +107,7 @@ class Workspace(ABC):
         return self.context_ref(session_id, messages)
 
     async def offload_tool_result(self, session_id: str, tool_call_id: str, content: str) -> str:
+        """Persist a tool result's full text; return its reference."""
         ref = self.tool_result_ref(session_id, tool_call_id)
         await asyncio.to_thread(self._replace, ref, content.encode())
         return ref
@@ -128,8 +118,17 @@ class Workspace(ABC):
         await asyncio.to_thread(self._create, ref, data)
         return ref
 
+    async def snapshot(self, session_id: str, snapshot: ActionSnapshot) -> tuple[int, str]:
+        """Write an action snapshot with every DB-GPT field; its step number and reference."""
+        return await self._write_numbered(session_id, snapshot.action, snapshot.document(session_id))
+
     async def write_snapshot(self, session_id: str, action: str, payload: Mapping[str, Any]) -> str:
         """Write `op_snapshots/step_NNN_{action}.json`; numbering survives restarts; never overwrites."""
+        return (await self._write_numbered(session_id, action, payload))[1]
+
+    async def _write_numbered(
+        self, session_id: str, action: str, payload: Mapping[str, Any]
+    ) -> tuple[int, str]:
         folder = f"{self.session_dir(session_id)}/op_snapshots"
         name = safe_segment(action or "action", "action")
         async with self._lock:
@@ -143,9 +142,14 @@ class Workspace(ABC):
                 ref = f"{folder}/step_{step:03d}_{name}.json"
                 body = json.dumps({"step": step, **payload}, ensure_ascii=False, indent=2, default=str)
                 if await asyncio.to_thread(self._create, ref, body.encode()):
-                    return ref
+                    return step, ref
+
+    async def resolve(self, session_id: str, reference: str) -> str | None:
+        """`reference` if it belongs to the session (or to the shared data files), else None."""
+        return reference if reference.startswith((self.session_dir(session_id) + "/", "data/")) else None
 
     async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
+        """Text behind a reference, from character `offset`, at most `limit` characters."""
         path = safe_relative(reference)
         raw = await asyncio.to_thread(self._read, path)
         if raw is None:
@@ -157,15 +161,23 @@ class Workspace(ABC):
 
     async def _ids_in(self, session_id: str, path: str) -> set[str]:
         if session_id not in self._known_ids:
-            raw = await asyncio.to_thread(self._read, path)
-            ids = set()
-            for line in (raw or b"").decode().splitlines():
-                try:
-                    ids.add(json.loads(line).get("id"))
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a crash is ignored, its messages written again
-            self._known_ids[session_id] = {i for i in ids if i}
+            # A torn last line from a crash is skipped: its messages are written again.
+            records = json_lines(await asyncio.to_thread(self._read, path))
+            self._known_ids[session_id] = {i for r in records if (i := r.get("id"))}
         return self._known_ids[session_id]
+
+
+def json_lines(raw: bytes | None) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (None: missing); a torn line from a crash is skipped."""
+    records = []
+    for line in (raw or b"").decode(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def _select_span(text: str, span: str) -> str:

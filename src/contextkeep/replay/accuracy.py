@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from contextkeep.replay.trajectories import Trajectory
-from contextkeep.tokens import CalibratedCounter, TokenCounter
+from contextkeep.tokens import CalibratingCounter, TokenCounter
 
 __all__ = ["CallCount", "CountReport", "count_accuracy"]
 
@@ -69,7 +69,10 @@ class CountReport:
 
 
 def count_accuracy(trajectory: Trajectory, counter: TokenCounter, *, warmup: int = 0) -> CountReport:
-    """Count every confirmed call's prompt; a `CalibratedCounter` learns from each call after counting it."""
+    """Count every confirmed call's prompt; a calibrating counter learns from each call after counting it.
+
+    It learns as in a live session, which gives it each recorded reply's `prompt_tokens`.
+    """
     report = CountReport(trajectory.name, counter.id, warmup=warmup)
     for n, call in enumerate(trajectory.confirmed_calls):
         provider = call.usage.get("prompt_tokens") if call.usage else None
@@ -78,6 +81,6 @@ def count_accuracy(trajectory: Trajectory, counter: TokenCounter, *, warmup: int
         prompt = trajectory.messages[: call.index]
         local = counter.count_prompt(prompt, trajectory.tools)
         report.calls.append(CallCount(n, local, provider))
-        if isinstance(counter, CalibratedCounter):
-            counter.observe(counter.raw_prompt(prompt, trajectory.tools), provider)
+        if isinstance(counter, CalibratingCounter):
+            counter.observe(prompt, trajectory.tools, provider)
     return report

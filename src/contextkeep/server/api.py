@@ -26,12 +26,12 @@ JSON = dict[str, Any]
 @router.get("/health", summary="Liveness and configuration")
 async def health(ck: Ctx) -> JSON:
     """The model the server budgets for and whether proxy mode is on."""
-    model = ck.manager.model
+    capacity = ck.manager.capacity()
     return {
         "ok": True,
-        "model": model.key,
-        "context_window": model.context_window,
-        "capacity_source": model.source.value,
+        "model": ck.manager.model.key,
+        "context_window": capacity.window,
+        "capacity_source": capacity.source.value,
         "proxy": ck.proxy is not None,
     }
 

@@ -14,6 +14,7 @@ client's own ``Authorization`` header, unless the server's bearer token consumed
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import deque
@@ -26,7 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 
-from contextkeep.errors import ContextKeepError, StoreError
+from contextkeep.errors import ContextKeepError, ContextOverflowError, StoreError
 from contextkeep.formats.openai import from_openai
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
@@ -200,6 +201,9 @@ class Proxy:
                     yield item
                 await task
                 yield b"data: [DONE]\n\n"  # after the reply is recorded: the next request sees it
+            except ContextKeepError as exc:  # ours to tell the client (a truncated prompt): SDKs raise it
+                logger.warning("stream of %s failed after it started: %s", session.conversation_id, exc)
+                yield _error_event(exc)
             except Exception:
                 logger.exception("stream of %s failed after it started", session.conversation_id)
             finally:
@@ -244,8 +248,20 @@ def _failure(exc: Exception, adapter: UpstreamAdapter) -> Response:
     if isinstance(exc, httpx.HTTPError):
         return openai_error(502, f"upstream unreachable: {exc}", "upstream_unreachable")
     if isinstance(exc, ContextKeepError) and not isinstance(exc, StoreError):
-        return openai_error(400, str(exc))
+        return openai_error(400, str(exc), _error_code(exc))
     raise exc
+
+
+def _error_code(exc: ContextKeepError) -> str | None:
+    """OpenAI's code for an overflow (a silent truncation included), so clients classify it as one."""
+    overflow = exc if isinstance(exc, ContextOverflowError) else exc.__cause__
+    return "context_length_exceeded" if isinstance(overflow, ContextOverflowError) else None
+
+
+def _error_event(exc: ContextKeepError) -> bytes:
+    """An error as a stream event, in the shape OpenAI sends one mid-stream."""
+    error = {"message": str(exc), "type": "api_error", "param": None, "code": _error_code(exc)}
+    return f"data: {json.dumps({'error': error})}\n\n".encode()
 
 
 router = APIRouter(tags=["proxy"])

@@ -6,6 +6,11 @@ classified with :func:`~contextkeep.models.overflow.classify_error`: an input or
 overflow becomes a `ContextOverflowError` (recovered and retried by the session); any
 other error is kept in :attr:`UpstreamAdapter.failure` and passed back to the client as it
 came. When streaming, chunks are forwarded to :attr:`UpstreamAdapter.sink` as they arrive.
+
+A prompt the upstream cut to its window without an error (Ollama) is caught from the
+session's own count of the view: a non-streamed reply raises `ContextOverflowError` (so the
+session compacts and retries); a streamed one, already forwarded, raises
+:class:`TruncatedStreamError`, which is not retried.
 """
 
 from __future__ import annotations
@@ -19,15 +24,23 @@ from typing import Any
 import httpx
 
 from contextkeep.capabilities import ModelSpec
-from contextkeep.errors import ModelError
+from contextkeep.errors import ContextOverflowError, ModelError
 from contextkeep.formats.openai import from_openai, to_openai
 from contextkeep.messages import Message
+from contextkeep.models._common import reject_truncated
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.openai import _StreamAssembly
 from contextkeep.models.overflow import classify_error
 from contextkeep.usage import Usage
 
-__all__ = ["STARTED", "UpstreamAdapter", "UpstreamError", "UpstreamFailure", "upstream_headers"]
+__all__ = [
+    "STARTED",
+    "TruncatedStreamError",
+    "UpstreamAdapter",
+    "UpstreamError",
+    "UpstreamFailure",
+    "upstream_headers",
+]
 
 logger = logging.getLogger("contextkeep.server")
 
@@ -51,6 +64,14 @@ class UpstreamFailure:
 
 class UpstreamError(ModelError):
     """The upstream refused a call for a reason other than context length."""
+
+
+class TruncatedStreamError(ModelError):
+    """The upstream cut a streamed prompt to its window unasked; the reply already went to the client.
+
+    Not retried (a second reply would follow the first on the same stream); `__cause__` is the
+    `ContextOverflowError` with the figures.
+    """
 
 
 class _Attrs(dict[str, Any]):
@@ -100,6 +121,7 @@ class UpstreamAdapter:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
         **options: Any,
     ) -> ModelReply:
         """Send `messages` with the request's other fields; see the module docs for errors."""
@@ -111,10 +133,17 @@ class UpstreamAdapter:
         if self.on_call is not None:
             self.on_call(messages)
         self.calls += 1
+        self.failure = None  # what the client gets if this call's error ends the request
         if self.sink is None:
-            return await self._single(body)
+            return reject_truncated(await self._single(body), local_prompt_tokens, self.spec)
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return await self._streamed(body, self.sink)
+        reply = await self._streamed(body, self.sink)
+        try:
+            return reject_truncated(reply, local_prompt_tokens, self.spec)
+        except ContextOverflowError as truncated:
+            raise TruncatedStreamError(
+                f"the reply already streamed was not recorded: {truncated}"
+            ) from truncated
 
     async def _single(self, body: dict[str, Any]) -> ModelReply:
         response = await self.client.post("chat/completions", json=body, headers=dict(self.headers))

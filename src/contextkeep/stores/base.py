@@ -7,18 +7,25 @@ kind `compaction`, usage baselines under kind `usage` with a scope key), and
 
 Every write is compare-and-set: `append` names the transcript length it expects
 and `save_document` the version it read. A stale expectation returns `False`
-and writes nothing; read-then-blind-write is never done.
+and writes nothing; read-then-blind-write is never done. Any other failure
+raises (:class:`~contextkeep.errors.StoreError` from the built-in stores).
+
+A store may name its backend in a `backend` attribute (`sqlite`, `redis`, ...):
+events and metrics label failed saves with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from contextkeep.events import StoreSaveFailed
 from contextkeep.messages import Message
 
-__all__ = ["Document", "Store"]
+__all__ = ["Document", "Store", "backend_name", "reporting_failure"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +93,22 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+def backend_name(store: Store) -> str:
+    """`store`'s backend (its `backend` attribute), or its class name for a store without one."""
+    return str(getattr(store, "backend", type(store).__name__))
+
+
+async def reporting_failure(
+    store: Store, kind: str, write: Awaitable[_T], report: Callable[[StoreSaveFailed], Awaitable[None]]
+) -> _T:
+    """Await `write` (a save of `kind` to `store`); if it raises, `report` the failure, then re-raise.
+
+    A lost compare-and-set is a result, not a failure: only an exception is reported.
+    """
+    try:
+        return await write
+    except Exception as error:
+        await report(StoreSaveFailed(store=backend_name(store), kind=kind, error=str(error)))
+        raise

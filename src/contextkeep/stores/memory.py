@@ -22,6 +22,11 @@ class MemoryStore:
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
         self._lock = asyncio.Lock()
 
+    @property
+    def backend(self) -> str:
+        """`memory` (labels failed saves)."""
+        return "memory"
+
     async def append(
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:

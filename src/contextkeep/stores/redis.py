@@ -111,6 +111,11 @@ class RedisStore:
         return self._client
 
     @property
+    def backend(self) -> str:
+        """`redis` (labels failed saves)."""
+        return "redis"
+
+    @property
     def key_prefix(self) -> str:
         """The prefix of this store's keys."""
         return self._prefix

@@ -175,6 +175,11 @@ class SQLStore:
         return self._engine
 
     @property
+    def backend(self) -> str:
+        """`sqlite`, `postgresql` or `mysql` (MySQL and MariaDB): labels failed saves."""
+        return self._dialect
+
+    @property
     def table_prefix(self) -> str:
         """The prefix of this store's table names."""
         return self._tables.schema_version.name.removesuffix("schema_version")

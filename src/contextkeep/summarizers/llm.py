@@ -18,7 +18,7 @@ from typing import Any
 
 from contextkeep.errors import ModelError, SummaryError
 from contextkeep.messages import Message
-from contextkeep.models.adapter import ModelAdapter, ModelReply
+from contextkeep.models.adapter import ModelAdapter, ModelReply, adapter_spec
 from contextkeep.summarizers._render import fit_summary
 from contextkeep.summarizers.base import DEFAULT_SUMMARY_FIELDS, SummaryRequest, SummaryResult
 from contextkeep.tokens import TokenCounter
@@ -192,7 +192,7 @@ class LLMSummarizer:
     def _input_limit(self, request: SummaryRequest, system: str) -> int | None:
         if self.max_input_tokens is not None:
             return max(self.max_input_tokens, 1)
-        window = self.adapter.spec.context_window
+        window = adapter_spec(self.adapter).context_window
         if window is None:
             return None
         # The window holds the prompt, the previous summary and the answer (each up to the bound).

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 
 from contextkeep.errors import TokenizerError
-from contextkeep.tokens.calibration import CalibratedCounter
+from contextkeep.tokens.calibration import CalibratedCounter, CalibratingCounter
 from contextkeep.tokens.counter import CountSource, PromptCounter, TokenCounter
 from contextkeep.tokens.encoders import (
     Encoder,
     HeuristicEncoder,
     HFEncoder,
+    PieceEncoder,
     TiktokenEncoder,
     encoding_for_model,
 )
+from contextkeep.tokens.fallback import FallbackEncoder, load_or_none
 from contextkeep.tokens.framing import (
     AnthropicFraming,
     DeepSeekFraming,
@@ -26,13 +28,16 @@ from contextkeep.tokens.framing import (
 __all__ = [
     "AnthropicFraming",
     "CalibratedCounter",
+    "CalibratingCounter",
     "CountSource",
     "DeepSeekFraming",
     "Encoder",
+    "FallbackEncoder",
     "Framing",
     "HFEncoder",
     "HeuristicEncoder",
     "OpenAIFraming",
+    "PieceEncoder",
     "PlainFraming",
     "PromptCounter",
     "TiktokenEncoder",
@@ -45,42 +50,82 @@ __all__ = [
 
 
 def encoder_from_spec(spec: str, *, model: str = "") -> Encoder:
-    """Build an encoder from a spec string.
+    """Build an encoder from a spec string; raises `TokenizerError` when it cannot.
 
     `tiktoken` (encoding chosen by model family), `tiktoken:o200k_base`,
     `hf:PATH` or a path to a `tokenizer.json`, `heuristic` (CJK-aware chars/4),
-    `heuristic:3.5` (another chars-per-token figure).
+    `heuristic:3.5` (another chars-per-token figure), `pieces` (:class:`PieceEncoder`).
     """
+    return _loader(spec, model)()
+
+
+def _loader(spec: str, model: str) -> Callable[[], Encoder]:
+    """What builds the encoder `spec` names (a malformed spec raises here, a failed load when called)."""
     kind, _, arg = spec.partition(":")
     if kind == "tiktoken":
-        return TiktokenEncoder(arg or encoding_for_model(model))
+        return lambda: TiktokenEncoder(arg or encoding_for_model(model))
     if kind == "hf":
-        return HFEncoder(arg)
-    if spec.endswith(".json") and os.path.exists(spec):
-        return HFEncoder(spec)
+        return lambda: HFEncoder(arg)
+    if spec.endswith(".json"):
+        return lambda: HFEncoder(spec)
+    if spec == "pieces":
+        return PieceEncoder
     if kind == "heuristic":
         try:
-            return HeuristicEncoder(float(arg) if arg else 4.0)
+            chars_per_token = float(arg) if arg else 4.0
         except ValueError:
             raise TokenizerError(f"heuristic takes a number of characters per token, got {arg!r}") from None
+        return lambda: HeuristicEncoder(chars_per_token)
     raise TokenizerError(
         f"unknown tokenizer spec {spec!r}: use tiktoken[:ENCODING], hf:PATH, a tokenizer.json path, "
-        "or heuristic[:CHARS_PER_TOKEN]"
+        "heuristic[:CHARS_PER_TOKEN] or pieces"
     )
 
 
 def counter_for_model(
-    model: str, tokenizer: str | Encoder | None = None, framing: Framing | None = None
+    model: str,
+    tokenizer: str | Encoder | None = None,
+    framing: Framing | None = None,
+    *,
+    calibrate: bool | None = None,
+    strict: bool = False,
 ) -> PromptCounter:
     """A cached prompt counter for `model`.
 
-    Without `tokenizer`, OpenAI families get tiktoken and every other model the
-    CJK-aware heuristic (wrap it in :class:`CalibratedCounter` to learn from usage).
+    Without `tokenizer`, OpenAI families get tiktoken; every other model a
+    :class:`CalibratedCounter` over :class:`PieceEncoder` (anchored on each confirmed
+    call's `prompt_tokens` once a session records usage), or with `calibrate=False`
+    the CJK-aware characters / 4 heuristic. `calibrate=True` calibrates any encoder.
+
+    A tokenizer that cannot be loaded falls back to that same estimate, and a real
+    tokenizer that fails on a text counts that text with the heuristic
+    (:class:`FallbackEncoder`); each cause is logged once as a warning on the
+    `contextkeep.tokens` logger, and the count's source says `estimate`. With
+    `strict=True` both raise instead (`TokenizerError` for a load). A malformed
+    spec always raises.
     """
-    if tokenizer is None:
-        openai_family = framing_for_model(model).name == "openai" and model.lower().startswith(
-            ("gpt", "o1", "o3", "o4", "chatgpt")
-        )
-        tokenizer = "tiktoken" if openai_family else "heuristic"
-    encoder = encoder_from_spec(tokenizer, model=model) if isinstance(tokenizer, str) else tokenizer
-    return PromptCounter(encoder, framing or framing_for_model(model))
+    encoder: Encoder | None
+    if tokenizer is None and not _openai_family(model):
+        encoder = None
+    elif tokenizer is None or isinstance(tokenizer, str):
+        spec = tokenizer or "tiktoken"
+        load = _loader(spec, model)
+        encoder = load() if strict else load_or_none(load, spec)
+    else:
+        encoder = tokenizer
+    if encoder is None:  # no tokenizer for this family, or it failed to load: estimate
+        calibrate = calibrate is not False
+        encoder = PieceEncoder() if calibrate else HeuristicEncoder()
+    elif encoder.exact and not strict:
+        encoder = FallbackEncoder(encoder)
+    framing = framing or framing_for_model(model)
+    if calibrate:
+        return CalibratedCounter(encoder, framing)
+    return PromptCounter(encoder, framing)
+
+
+def _openai_family(model: str) -> bool:
+    """Whether `model` is OpenAI's own (tiktoken counts it exactly)."""
+    return framing_for_model(model).name == "openai" and model.lower().startswith(
+        ("gpt", "o1", "o3", "o4", "chatgpt")
+    )

@@ -1,83 +1,121 @@
-"""A counter that learns its error from provider-confirmed usage.
+"""A counter anchored on provider-confirmed usage, estimating only what was added since.
 
-After each call the provider confirms, the ratio *confirmed / local* is folded
-into an exponential average per model, clamped so that one odd response (a
-provider's hidden prompt, a cached-prefix quirk) cannot swing estimates wildly.
-Per-message counts stay cached under the base counter; only the total is scaled.
+Design principle 3: provider-confirmed usage anchors the count. After each call the provider
+confirms, :class:`CalibratedCounter` remembers that prompt and the provider's `prompt_tokens`; a
+later prompt that extends it is counted as the confirmed figure plus an estimate of the messages
+appended since (tool results, the reply), so only those are ever estimated. A prompt that does not
+extend it (a compaction rewrote the view) is estimated whole until the next confirmed call.
+
+Estimates are scaled by the ratio *confirmed / local*, folded into an exponential average and
+clamped so that one odd response (a provider's hidden prompt, a cached-prefix quirk) cannot
+swing them wildly. Per-message counts stay cached unscaled: the ratio applies to totals, so the
+cache stays valid as the ratio moves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from contextkeep.errors import ConfigError
 from contextkeep.messages import Message
-from contextkeep.tokens.counter import CountSource, TokenCounter
-from contextkeep.tokens.framing import Tools
+from contextkeep.tokens.counter import CountSource, PromptCounter
+from contextkeep.tokens.encoders import Encoder
+from contextkeep.tokens.framing import Framing, Tools
 
-__all__ = ["CalibratedCounter"]
+__all__ = ["CalibratedCounter", "CalibratingCounter"]
 
 
-class CalibratedCounter:
-    """Scales a base counter's totals by the learned provider/local ratio of one model."""
+@runtime_checkable
+class CalibratingCounter(Protocol):
+    """A counter that learns from the provider's count of each prompt it served.
+
+    A session calls :meth:`observe` for every reply recorded with usage.
+    """
+
+    def observe(self, prompt: Sequence[Message], tools: Tools | None, confirmed_prompt_tokens: int) -> None:
+        """`prompt` (with `tools`) was sent and the provider counted `confirmed_prompt_tokens`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    """The last confirmed prompt."""
+
+    keys: list[str]
+    """Its messages' content keys, in order."""
+    raw: int
+    """Its unscaled local count."""
+    confirmed: int
+    """The provider's count."""
+
+
+class CalibratedCounter(PromptCounter):
+    """A :class:`PromptCounter` whose totals are anchored on and scaled by confirmed usage."""
 
     def __init__(
         self,
-        base: TokenCounter,
+        encoder: Encoder,
+        framing: Framing,
         *,
         smoothing: float = 0.5,
         min_ratio: float = 0.5,
         max_ratio: float = 2.0,
         ratio: float = 1.0,
+        cache_size: int = 65_536,
     ) -> None:
         if not 0 < smoothing <= 1:
             raise ConfigError("calibration.smoothing", f"must lie in (0, 1], got {smoothing}")
         if not 0 < min_ratio <= 1 <= max_ratio:
             raise ConfigError("calibration.min_ratio", "need 0 < min_ratio <= 1 <= max_ratio")
-        self.base = base
+        super().__init__(encoder, framing, cache_size=cache_size)
         self.smoothing = smoothing
+        """Weight of each new confirmed call in the average ratio (the first one sets it)."""
         self.min_ratio = min_ratio
+        """Lowest ratio a confirmed call can teach."""
         self.max_ratio = max_ratio
+        """Highest ratio a confirmed call can teach."""
         self.ratio = min(max(ratio, min_ratio), max_ratio)
+        """The learned provider / local ratio (the starting one until a call is confirmed)."""
         self.samples = 0
-
-    @property
-    def id(self) -> str:
-        return self.base.id
+        """Confirmed calls learned from."""
+        self._anchor: _Anchor | None = None
 
     @property
     def source(self) -> CountSource:
         return CountSource.ESTIMATE
 
-    def observe(self, local: int, confirmed: int) -> float:
-        """Fold one confirmed call (`local` = this counter's unscaled count) in; return the new ratio."""
-        if local <= 0 or confirmed <= 0:
-            return self.ratio
-        sample = min(max(confirmed / local, self.min_ratio), self.max_ratio)
+    def observe(self, prompt: Sequence[Message], tools: Tools | None, confirmed_prompt_tokens: int) -> None:
+        """Anchor on this confirmed prompt and fold its ratio in (a non-positive count teaches nothing)."""
+        raw = super().count_prompt(prompt, tools)
+        if raw <= 0 or confirmed_prompt_tokens <= 0:
+            return
+        sample = min(max(confirmed_prompt_tokens / raw, self.min_ratio), self.max_ratio)
         weight = 1.0 if self.samples == 0 else self.smoothing
         self.ratio = (1 - weight) * self.ratio + weight * sample
         self.samples += 1
-        return self.ratio
+        self._anchor = _Anchor(list(self._last.keys), raw, confirmed_prompt_tokens)
 
     def scale(self, raw: int) -> int:
-        """A raw (uncalibrated) count scaled by the current ratio."""
+        """A raw (unscaled) count scaled by the current ratio."""
         return round(raw * self.ratio)
 
     def count_text(self, text: str) -> int:
-        return self.scale(self.base.count_text(text))
+        return self.scale(super().count_text(text))
 
     def count_message(self, message: Message) -> int:
-        return self.scale(self.base.count_message(message))
+        return self.scale(super().count_message(message))
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
-        return self.scale(self.base.count_prompt(messages, tools))
+        raw = super().count_prompt(messages, tools)
+        anchor = self._anchor
+        if anchor is not None and self._last.keys[: len(anchor.keys)] == anchor.keys:
+            # The confirmed prompt plus what was appended since (tools included, should they change).
+            return anchor.confirmed + self.scale(raw - anchor.raw)
+        return self.scale(raw)
 
     def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
-        """The base counter's cumulative totals of `messages` if it counted them last, scaled."""
-        last = getattr(self.base, "last_totals", None)
-        totals: list[int] | None = last(messages) if last is not None else None
+        """Scaled cumulative message tokens of `messages` if they were counted last (see PromptCounter)."""
+        totals = super().last_totals(messages)
         return None if totals is None else [self.scale(t) for t in totals]
-
-    def raw_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
-        """The base counter's unscaled count (what `observe` expects as `local`)."""
-        return self.base.count_prompt(messages, tools)

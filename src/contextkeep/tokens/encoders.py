@@ -3,6 +3,7 @@
 - :class:`TiktokenEncoder`: OpenAI's BPE encodings (`o200k_base`, `cl100k_base`).
 - :class:`HFEncoder`: any Hugging Face `tokenizer.json` (DeepSeek, Qwen, Llama, ...).
 - :class:`HeuristicEncoder`: characters / 4, optionally counting CJK characters one each.
+- :class:`PieceEncoder`: an estimate from the pieces a tokenizer's pre-split would make.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from typing import Protocol, runtime_checkable
 from contextkeep.errors import TokenizerError
 from contextkeep.tokens._pieces import piece_counter
 
-__all__ = ["Encoder", "HFEncoder", "HeuristicEncoder", "TiktokenEncoder", "encoding_for_model"]
+__all__ = [
+    "Encoder",
+    "HFEncoder",
+    "HeuristicEncoder",
+    "PieceEncoder",
+    "TiktokenEncoder",
+    "encoding_for_model",
+]
 
 
 @runtime_checkable
@@ -113,7 +121,8 @@ class HFEncoder:
 
 
 # Kana, CJK ideographs (and extension A, compatibility), hangul, full-width forms: about a token each.
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_CJK_CLASS = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+_CJK = re.compile(_CJK_CLASS)
 
 
 class HeuristicEncoder:
@@ -132,3 +141,30 @@ class HeuristicEncoder:
         # ASCII fast path: most agent traffic is code and logs.
         cjk = len(_CJK.findall(text)) if self.cjk_aware and not text.isascii() else 0
         return cjk + math.ceil((len(text) - cjk) / self.chars_per_token)
+
+
+# One match per piece a BPE pre-tokenizer (GPT-4's, DeepSeek's) would make: a CJK character; up to
+# 6 letters with the space before them; up to 3 digits; up to 2 punctuation marks; a run of
+# whitespace (its last space goes with the word after it).
+_PIECE = re.compile(_CJK_CLASS + r"| ?[^\W\d_]{1,6}| ?\d{1,3}| ?(?:[^\w\s]|_){1,2}|\s+(?!\S)|\s+")
+
+_TOKENS_PER_PIECE = 0.86
+"""Merges make fewer tokens than pieces: 0.80 to 0.90 of them with o200k_base and DeepSeek's
+tokenizer, on prose (tau-bench) and on code and logs (SWE-agent, mini-swe-agent runs)."""
+
+
+class PieceEncoder:
+    """An estimate that follows how tokenizers split text rather than its length.
+
+    Characters per token vary with the content (prose, code, paths, numbers, ruled lines); pieces
+    vary far less: over the messages of the shared DeepSeek trajectories, the standard deviation of
+    the log ratio to DeepSeek's own count is 0.085, against 0.18 for characters / 4. Since appended
+    tool results are what a count anchored on confirmed usage estimates, that is the error which
+    :class:`~contextkeep.tokens.calibration.CalibratedCounter` cannot learn away.
+    """
+
+    exact = False
+    name = "pieces"
+
+    def count(self, text: str) -> int:
+        return round(len(_PIECE.findall(text)) * _TOKENS_PER_PIECE)
