@@ -182,7 +182,7 @@ class ContextKeep(Subject):
     """contextkeep: `Session.prepare` per call, `Session.compress` for a pass."""
 
     # Lowered so a pass runs L1, L2 and L3: the target is below what masking and dropping reach.
-    PASS_OVERRIDES: ClassVar[dict[str, float]] = {
+    PASS_OVERRIDES: ClassVar[dict[str, Any]] = {
         "warning_threshold": 0.10,
         "error_threshold": 0.12,
         "target_ratio": 0.05,
@@ -267,7 +267,7 @@ class AgentScope(Subject):
         self._m, self._agent_cls, self._toolkit_cls, self._tool_cls = m, Agent, Toolkit, FunctionTool
         summary = json.dumps(dict.fromkeys(_agentscope_summary_fields(), STUB_SUMMARY))
 
-        class StubModel(ChatModelBase):
+        class StubModel(ChatModelBase):  # type: ignore[misc]  # AgentScope is optional and untyped here
             """Answers every call instantly with the structured summary, never touching the network."""
 
             async def _call_api(self, model_name: str, messages: list[Any], **kwargs: Any) -> Any:
@@ -321,7 +321,8 @@ class AgentScope(Subject):
         return int(await self.agent.model.count_tokens(**kwargs))
 
     def check(self) -> Awaitable[Any]:
-        return self.agent.compress_context()
+        pending: Awaitable[Any] = self.agent.compress_context()
+        return pending
 
     async def resize(self, window: int) -> None:
         self.agent.model.context_size = window
@@ -594,9 +595,9 @@ def lengthened(trajectory: Trajectory, messages: int) -> Trajectory:
     while len(out) < messages:
         copy += 1
         for m in body:
-            calls = tuple(replace(c, id=f"{c.id}~{copy}") for c in m.tool_calls)
+            renamed = tuple(replace(c, id=f"{c.id}~{copy}") for c in m.tool_calls)
             answered = f"{m.tool_call_id}~{copy}" if m.tool_call_id else None
-            out.append(replace(m, id=None, tool_calls=calls, tool_call_id=answered))
+            out.append(replace(m, id=None, tool_calls=renamed, tool_call_id=answered))
     calls = [RecordedCall(i, None) for i, m in enumerate(out) if m.role == "assistant" and i >= len(head)]
     return replace(trajectory, messages=out, calls=calls)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contextkeep.formats import to_openai
+from contextkeep.messages import Message
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import HFEncoder, OpenAIFraming, PromptCounter, TiktokenEncoder, counter_for_model
 
@@ -45,7 +46,7 @@ def main() -> None:
     tiktoken_encoder = TiktokenEncoder("o200k_base")
     deepseek = SHARED / "tokenizers" / "deepseek_tokenizer.json"
 
-    counters: dict[str, object] = {
+    counters: dict[str, Callable[[], PromptCounter]] = {
         "contextkeep tiktoken (cached)": lambda: PromptCounter(tiktoken_encoder, OpenAIFraming()),
         "contextkeep heuristic (cached)": lambda: counter_for_model(trajectory.model, "heuristic"),
     }
@@ -54,14 +55,15 @@ def main() -> None:
             trajectory.model, HFEncoder(deepseek)
         )
 
-    def reencode(prompt: list) -> int:  # what a counter without a cache does every call
+    def reencode(prompt: list[Message]) -> int:  # what a counter without a cache does every call
         return sum(tiktoken_encoder.count(json.dumps(m, ensure_ascii=False)) for m in to_openai(prompt))
 
     rows = []
+    per_call: list[list[float]]
     for name, factory in counters.items():
         per_call = [[] for _ in prompts]
         for _ in range(args.repeat):
-            counter = factory()  # type: ignore[operator]
+            counter = factory()
             for i, prompt in enumerate(prompts):
                 t0 = time.perf_counter()
                 counter.count_prompt(prompt, trajectory.tools)

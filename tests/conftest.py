@@ -1,59 +1,26 @@
-"""Shared test setup: offline tokenizers, the shared trajectories, and service skips."""
+"""Shared test setup: offline tokenizers and the fixtures every area uses (helpers live in `support`)."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TOKENIZERS = SHARED / "tokenizers"
-TRAJECTORIES = SHARED / "trajectories"
-DEEPSEEK_TOKENIZER = TOKENIZERS / "deepseek_tokenizer.json"
+from support.clients import close_opened
+from support.shared import require_shared, use_offline_tokenizers
 
-# Real encodings load offline from the shared folder (tiktoken's own cache keys).
-if TOKENIZERS.is_dir():
-    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(TOKENIZERS))
-
-# In CI every "server unreachable" skip becomes a failure, so nothing is silently untested.
-REQUIRE_SERVICES = os.environ.get("CONTEXTKEEP_REQUIRE_SERVICES") == "1"
-
-
-def require_shared(*parts: str) -> Path:
-    """The shared data path, or skip (a user's machine has no ../shared)."""
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared test data not found at {path} (only present in the project's workspace)")
-    return path
-
-
-def service_unavailable(name: str, reason: str) -> None:
-    """Skip on a user's machine; fail in CI."""
-    message = f"{name} unreachable: {reason}"
-    if REQUIRE_SERVICES:
-        pytest.fail(message + " (CONTEXTKEEP_REQUIRE_SERVICES=1)")
-    pytest.skip(message)
-
-
-def mini_swe_agent_files() -> list[Path]:
-    """The DeepSeek trajectories with provider usage."""
-    folder = TRAJECTORIES / "mini-swe-agent"
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p for p in folder.glob("*.traj.json") if p.name not in ("github_issue.traj.json", "local.traj.json")
-    )
-
-
-def all_trajectory_files() -> list[Path]:
-    """Every shared trajectory file."""
-    if not TRAJECTORIES.is_dir():
-        return []
-    return sorted(p for p in TRAJECTORIES.rglob("*") if p.suffix in (".json", ".traj"))
+use_offline_tokenizers()
 
 
 @pytest.fixture(scope="session")
 def deepseek_tokenizer() -> Path:
     """The DeepSeek tokenizer.json, or skip."""
     return require_shared("tokenizers", "deepseek_tokenizer.json")
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    """Close the SDK clients a test opened through `support.closing`, in the test's own loop."""
+    yield
+    await close_opened()

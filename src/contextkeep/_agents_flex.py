@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from contextkeep._event_names import agents_flex_fields
 from contextkeep.events import (
     CompressionCompleted,
     CompressionFailed,
@@ -69,25 +70,6 @@ _CLASSES: dict[AgentsFlexEvent, type[Event]] = {
 _BY_TYPE = {cls.type: member for member, cls in _CLASSES.items()}
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
 def agents_flex_dict(event: Event) -> dict[str, Any]:
-    """`event` as Agents-Flex delivers it: `type`, `conversationId`, `timestamp` and camelCase `data`.
-
-    `type` is the Agents-Flex name, or our own `type` for an event outside its catalogue.
-    Fields without a value are left out of `data`: Agents-Flex shows `baselineRatio` and
-    `remainingBaselineTokens` only while the baseline is valid and capacity known, and a
-    UI must not read a missing figure as 0.
-    """
-    fields = event.to_dict()
-    kind = fields.pop("type")
-    out: dict[str, Any] = {
-        "type": str(AgentsFlexEvent.of(kind) or kind),
-        "conversationId": fields.pop("conversation_id"),
-        "timestamp": fields.pop("timestamp"),
-    }
-    out["data"] = {_camel(name): value for name, value in fields.items() if value is not None}
-    return out
+    """`event` as Agents-Flex delivers it (the same as `event.to_agents_flex()`)."""
+    return agents_flex_fields(event.to_dict())

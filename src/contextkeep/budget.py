@@ -119,6 +119,8 @@ class Budget:
     """State thresholds."""
     capacity_source: CapacitySource = CapacitySource.EXPLICIT
     """Which figure `context_window` is (the model's, by its source, or the configuration's cap)."""
+    outside: int = 0
+    """Prompt tokens sent beside the messages (instructions a framework keeps outside them)."""
 
     def __post_init__(self) -> None:
         if self.context_window is not None and self.context_window <= 0:
@@ -131,9 +133,9 @@ class Budget:
     @property
     def effective(self) -> int | None:
         """Tokens available to the prompt, or `None` when capacity is unknown or all reserved."""
-        if self.context_window is None or self.reserved_output >= self.context_window:
+        if self.context_window is None or self.reserved_output + self.outside >= self.context_window:
             return None
-        return self.context_window - self.reserved_output
+        return self.context_window - self.reserved_output - self.outside
 
     def ratio(self, used: int) -> float | None:
         """`used / effective`, or `None` without a known budget."""

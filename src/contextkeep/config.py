@@ -15,16 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contextkeep.budget import Thresholds
 from contextkeep.capabilities import Capacity, CapacitySource, resolve_capacity
 from contextkeep.errors import ConfigError
 from contextkeep.rounds import RepairPolicy
 
-__all__ = ["ContextConfig", "FailureStrategy", "Layer", "UsageMode", "build_config", "load_config"]
-
-Layer = Literal["L1", "L2", "L3"]
+__all__ = ["ContextConfig", "FailureStrategy", "UsageMode", "build_config", "load_config"]
 
 DEFAULT_COMPRESSION_PROMPT = (
     "Summarise the earlier part of this agent conversation so the agent can continue the task "
@@ -94,8 +92,11 @@ class ContextConfig(BaseModel):
     """
 
     # Layers (DB-GPT layer semantics).
-    layers: tuple[Layer, ...] = ("L1", "L2", "L3")
-    """Which proactive layers run, in order."""
+    layers: tuple[str, ...] = ("L1", "L2", "L3")
+    """Which proactive layers run, in order: `L1`–`L3`, or names given to `register_layer`.
+
+    Names are checked against the registry when a compactor is built (an unknown one raises
+    `ConfigError` naming `layers.<i>`), so a layer may be registered after the config is made."""
     min_keep_recent_rounds: int = Field(default=3, ge=1)
     """Newest rounds always kept verbatim."""
     max_observation_age_rounds: int = Field(default=5, ge=1)
@@ -176,6 +177,14 @@ class ContextConfig(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise _config_error(exc) from None
+
+    @field_validator("layers")
+    @classmethod
+    def _layer_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for i, name in enumerate(names):
+            if not name or name != name.strip() or "," in name:  # events join layer names with commas
+                raise ConfigError(f"layers.{i}", f"{name!r} is not a layer name")
+        return names
 
     @model_validator(mode="after")
     def _check(self) -> ContextConfig:

@@ -5,6 +5,7 @@ ContextKeepError
 ├── ConfigError                 a setting is invalid (names the key)
 ├── MessageFormatError          input that is not a valid message in the named format
 ├── MalformedHistoryError       breaks round pairing (orphan result, missing result, duplicate id)
+├── HistoryDivergedError        a whole history handed to `Session.sync` does not continue the transcript
 ├── TokenizerError              a token counter could not be built or loaded
 ├── WorkspaceError              offload storage failed
 │   └── UnsafePathError         an id or reference would escape the workspace root
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "ContextKeepError",
     "ContextOverflowError",
+    "HistoryDivergedError",
     "MalformedHistoryError",
     "MaxIterationsError",
     "MessageFormatError",
@@ -78,6 +80,20 @@ class MalformedHistoryError(ContextKeepError, ValueError):
         self.message_id = message_id
         self.detail = detail
         super().__init__(f"{kind} at message {index} (id {message_id!r}): {detail}")
+
+
+class HistoryDivergedError(ContextKeepError, ValueError):
+    """A history handed to `Session.sync` does not continue the stored transcript (edited or forked)."""
+
+    def __init__(self, conversation_id: str, index: int, detail: str) -> None:
+        self.conversation_id = conversation_id
+        """The conversation whose transcript the history should have continued."""
+        self.index = index
+        """Position in the history of the first message that differs from the transcript."""
+        super().__init__(
+            f"the history does not continue conversation {conversation_id!r}: message {index} {detail} "
+            "(pass fork=True to continue it in a transcript of its own)"
+        )
 
 
 class TokenizerError(ContextKeepError):

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from contextkeep._event_names import agents_flex_fields
 from contextkeep.budget import Budget, ContextState
 from contextkeep.tokens.counter import CountSource
 
@@ -66,9 +67,7 @@ class Event:
 
     def to_agents_flex(self) -> dict[str, Any]:
         """This event as Agents-Flex delivers it: its type name there and camelCase `data` keys."""
-        from contextkeep._agents_flex import agents_flex_dict  # it maps these classes: import when used
-
-        return agents_flex_dict(self)
+        return agents_flex_fields(self.to_dict())
 
 
 @dataclass(frozen=True, kw_only=True)

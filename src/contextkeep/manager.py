@@ -8,8 +8,9 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
+from contextkeep._deps import SessionDeps
+from contextkeep._sync import SyncSession
 from contextkeep.capabilities import Capacity, ModelSpec, resolve_model_spec
 from contextkeep.compaction.builder import SystemPromptHook, default_progress_hook
 from contextkeep.config import ContextConfig
@@ -128,6 +129,28 @@ class ContextManager:
         """A fresh token counter (one per session: it remembers that session's last prompt)."""
         return self._counter_factory()
 
+    def new_session(
+        self, conversation_id: str, *, agent_id: str = "default", agent_version: str = "0"
+    ) -> Session:
+        """A session over this manager's collaborators, not loaded yet (`await session.load()` first).
+
+        `session(...)` opens and loads one; this is for callers that keep sessions themselves.
+        """
+        deps = SessionDeps(
+            model=self.model,
+            config=self.config,
+            store=self.store,
+            workspace=self.workspace,
+            events=self.events,
+            hooks=self.hooks,
+            summarizer=self.summarizer,
+            fallback_summarizer=self.fallback_summarizer,
+            new_counter=self.new_counter,
+            capacity=self.capacity,
+            default_max_tokens=self.default_max_tokens,
+        )
+        return Session(deps, conversation_id, agent_id=agent_id, agent_version=agent_version)
+
     @asynccontextmanager
     async def session(
         self, conversation_id: str, *, agent_id: str = "default", agent_version: str = "0"
@@ -136,7 +159,7 @@ class ContextManager:
 
         `agent_id` and `agent_version` (with the model key) scope the usage baseline.
         """
-        session = Session(self, conversation_id, agent_id=agent_id, agent_version=agent_version)
+        session = self.new_session(conversation_id, agent_id=agent_id, agent_version=agent_version)
         await session.load()
         yield session
 
@@ -148,27 +171,9 @@ class ContextManager:
     def sync_session(self, conversation_id: str) -> Iterator[SyncSession]:
         """A blocking session for scripts (runs the async engine on a private event loop)."""
         with asyncio.Runner() as runner:
-            session = Session(self, conversation_id)
+            session = self.new_session(conversation_id)
             runner.run(session.load())
             yield SyncSession(session, runner)
-
-
-class SyncSession:
-    """Blocking twin of :class:`~contextkeep.session.Session` (same engine underneath)."""
-
-    def __init__(self, session: Session, runner: asyncio.Runner) -> None:
-        self.session = session
-        self._runner = runner
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.session, name)
-        if not asyncio.iscoroutinefunction(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._runner.run(attr(*args, **kwargs))
-
-        return call
 
 
 def _open_workspace(workspace: Workspace | Offloader | str | os.PathLike[str] | None) -> Workspace:

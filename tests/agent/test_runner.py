@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,10 +18,11 @@ from contextkeep.errors import MaxIterationsError
 from contextkeep.models import OpenAIAdapter
 from contextkeep.stores import open_store
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
+from support import closing
 
 
 def adapter(srv: FakeLLMServer, window: int = 50_000) -> OpenAIAdapter:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0))
     return OpenAIAdapter("fake-model", client=client, context_window=window)
 
 
@@ -37,9 +39,11 @@ async def test_multi_turn_with_tools_survives_a_restart_with_the_same_view(tmp_p
         Reply(tool_calls=[ToolCallSpec("lookup", {"key": "washers"})]),
         Reply(text="Washers: 7."),
     ]
+    # One runner per process: the first, its restart, and a third that only reads the view.
+    runners = [Runner(store=store, workspace=str(tmp_path / "ws")) for _ in range(3)]
     with FakeLLMServer(replies=replies) as srv:
         agent = Agent("stock", adapter(srv), system_prompt="You answer stock questions.", tools=[lookup])
-        first = await Runner(store=store, workspace=str(tmp_path / "ws")).run(agent, "c1", "bolts and nuts?")
+        first = await runners[0].run(agent, "c1", "bolts and nuts?")
         assert first.output == "Bolts: 7, nuts: 7." and first.tool_calls == 2 and first.model_calls == 2
         # Parallel calls ran and both results were recorded.
         assert [m.text for m in first.messages if m.role == "tool"] == [
@@ -47,23 +51,24 @@ async def test_multi_turn_with_tools_survives_a_restart_with_the_same_view(tmp_p
             "nuts: 7 units in bin 4",
         ]
         # A new process: new runner, new manager, same store and workspace.
-        restarted = Runner(store=store, workspace=str(tmp_path / "ws"))
-        second = await restarted.run(agent, "c1", "and washers?")
+        second = await runners[1].run(agent, "c1", "and washers?")
         assert second.output == "Washers: 7."
         sent = srv.requests[-1].body["messages"]
         assert [m["role"] for m in sent][:2] == ["system", "user"] and "bolts" in json.dumps(sent)
         views = []
-        for runner in (restarted, Runner(store=store, workspace=str(tmp_path / "ws"))):
+        for runner in runners[1:]:
             async with runner.manager(agent).session("c1", agent_id="stock", agent_version="1") as s:
                 views.append(
                     (await s.prepare(tools=[t.schema() for t in [Tool.from_function(lookup)]])).messages
                 )
         assert views[0] == views[1]
+        for runner in runners:
+            await runner.manager(agent).close()
         snapshots = sorted(p.name for p in (tmp_path / "ws/sessions/c1/op_snapshots").iterdir())
         assert snapshots == ["step_001_lookup.json", "step_002_lookup.json", "step_003_lookup.json"]
 
 
-def _recalling_agent(body: dict[str, Any]) -> Reply:
+def _recalling_agent(body: Mapping[str, Any]) -> Reply:
     """Dump a long report, run checks until the report leaves the view, recall its detail, answer."""
     messages = body["messages"]
     done = [c["function"]["name"] for m in messages for c in (m.get("tool_calls") or [])]

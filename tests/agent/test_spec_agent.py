@@ -16,7 +16,8 @@ import pytest
 
 from contextkeep.agent import Agent, Runner
 from contextkeep.capabilities import ModelSpec
-from contextkeep.compaction import CompactionState, ProgressStep, ViewBuilder, default_progress_hook
+from contextkeep.compaction import CompactionState, ProgressStep, default_progress_hook
+from contextkeep.compaction.builder import ViewBuilder
 from contextkeep.config import ContextConfig
 from contextkeep.errors import ConfigError, ContextOverflowError, MaxIterationsError, OverflowPhase
 from contextkeep.events import Event
@@ -28,7 +29,7 @@ from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter
 from contextkeep.tokens import counter_for_model
-from helpers import rounds
+from support import closing, rounds
 
 NUM_CTX = 512
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
@@ -41,7 +42,7 @@ def chat_requests(srv: FakeLLMServer) -> list[dict[str, Any]]:
 
 
 def adapter(srv: FakeLLMServer, window: int = 50_000) -> OpenAIAdapter:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0))
     return OpenAIAdapter("fake-model", client=client, context_window=window)
 
 
@@ -134,6 +135,7 @@ async def test_a_users_adapter_receives_the_views_local_count_as_a_declared_keyw
             tools: Sequence[Mapping[str, Any]] | None = None,
             max_tokens: int | None = None,
             local_prompt_tokens: int | None = None,
+            **options: Any,
         ) -> ModelReply:
             self.counts.append(local_prompt_tokens)
             return ModelReply(Message("assistant", "done"))
@@ -165,12 +167,14 @@ def ollama_proxy(tmp_path: Path):
 
 def proxy_client(server: Any, conversation: str) -> openai.OpenAI:
     headers = {"X-Conversation-Id": conversation}
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="t", default_headers=headers, max_retries=0)
+    return closing(
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="t", default_headers=headers, max_retries=0)
+    )
 
 
 def test_the_proxy_reports_a_silent_ollama_truncation_as_an_overflow(ollama_proxy) -> None:
     server, upstream = ollama_proxy
-    messages = [SYSTEM, {"role": "user", "content": HUGE}]
+    messages: Any = [SYSTEM, {"role": "user", "content": HUGE}]
     with pytest.raises(openai.BadRequestError) as caught:
         proxy_client(server, "p-1").chat.completions.create(model="fake-model", messages=messages)
     assert caught.value.code == "context_length_exceeded"
@@ -180,7 +184,7 @@ def test_the_proxy_reports_a_silent_ollama_truncation_as_an_overflow(ollama_prox
 
 def test_the_proxy_reports_a_silent_truncation_at_the_end_of_a_stream(ollama_proxy) -> None:
     server, upstream = ollama_proxy
-    messages = [SYSTEM, {"role": "user", "content": HUGE}]
+    messages: Any = [SYSTEM, {"role": "user", "content": HUGE}]
     stream = proxy_client(server, "p-2").chat.completions.create(
         model="fake-model", messages=messages, stream=True
     )

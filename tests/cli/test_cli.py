@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from conftest import require_shared
 from contextkeep.cli import main
+from support import require_shared
 
 
 def test_count_json_prints_one_object_per_trajectory_with_the_figures(deepseek_tokenizer) -> None:

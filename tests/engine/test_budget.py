@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from contextkeep.budget import Budget, ContextState, ReservedOutput, Thresholds, resolve_reserved_output
@@ -44,7 +46,7 @@ def test_states_begin_at_their_thresholds(used: int, state: ContextState) -> Non
         ({"warning": "high"}, "warning_threshold"),
     ],
 )
-def test_thresholds_are_validated_with_the_key_named(kwargs: dict, key: str) -> None:
+def test_thresholds_are_validated_with_the_key_named(kwargs: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         Thresholds(**kwargs)
     assert info.value.key == key

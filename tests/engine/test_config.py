@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from contextkeep.compaction import resolve_layers
 from contextkeep.config import ContextConfig, FailureStrategy, UsageMode, load_config
 from contextkeep.errors import ConfigError
 
@@ -39,15 +41,26 @@ def test_every_field_is_documented() -> None:
         ({"compression_threshold_ratio": 1.5}, "compression_threshold_ratio"),
         ({"compression_threshold_ratio": 0}, "compression_threshold_ratio"),
         ({"trigger_ratio": 0.95}, "trigger_ratio"),
-        ({"layers": ["L7"]}, "layers.0"),
+        ({"layers": ["L1,L2"]}, "layers.0"),
         ({"target_ratio": 0.8}, "target_ratio"),
         ({"no_such_key": 1}, "no_such_key"),
     ],
 )
-def test_invalid_values_name_the_key(values: dict, key: str) -> None:
+def test_invalid_values_name_the_key(values: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         ContextConfig(**values)
     assert info.value.key == key
+
+
+@pytest.mark.parametrize("names", [("L7",), ("L1", "L4")])
+def test_a_layer_name_is_checked_against_the_registry_when_the_engine_is_built(
+    names: tuple[str, ...],
+) -> None:
+    config = ContextConfig(layers=names)  # a layer may be registered after the config is made
+    with pytest.raises(ConfigError) as info:
+        resolve_layers(config.layers)
+    assert info.value.key == f"layers.{len(names) - 1}"
+    assert repr(names[-1]) in str(info.value) or "L4" in str(info.value)
 
 
 def test_threshold_of_exactly_one_is_valid() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,11 @@ from contextkeep.config import ContextConfig
 from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
 from contextkeep.events import CompressionCompleted, Event
 from contextkeep.manager import ContextManager
+from contextkeep.messages import Message
 from contextkeep.rounds import split_rounds
 from contextkeep.summarizers import SummaryRequest, SummaryResult
 from contextkeep.tokens import HeuristicEncoder
-from helpers import assert_references_readable, call, manager, recording_manager, result, rounds
+from support import TickingClock, assert_references_readable, call, manager, recording_manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
@@ -119,7 +121,8 @@ async def test_l2_drops_whole_rounds_keeps_the_task_and_leaves_a_marker(tmp_path
     # The newest rounds are verbatim and the view is well paired.
     assert [m.text for m in view.neutral[-6:]] == [m.text for m in s.transcript[-6:]]
     split_rounds(view.neutral)
-    assert view.tokens <= s.budget().tokens_at(cm.config.target_ratio)
+    target = s.budget().tokens_at(cm.config.target_ratio)
+    assert target is not None and view.tokens <= target
 
 
 async def test_task_progress_reaches_the_system_prompt_only_when_the_view_changes_anyway(
@@ -147,7 +150,7 @@ You are a careful agent.
 async def test_hysteresis_the_prefix_only_changes_when_compaction_runs(tmp_path: Path) -> None:
     cm = manager(tmp_path, 8000, min_keep_tokens=1000)
     breaks = compactions = 0
-    previous: list = []
+    previous: list[Message] = []
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK])
         for i in range(150):
@@ -157,7 +160,8 @@ async def test_hysteresis_the_prefix_only_changes_when_compaction_runs(tmp_path:
             breaks += not prefix_kept
             compactions += bool(view.compacted)
             previous = view.neutral
-            assert view.tokens <= s.budget().effective
+            effective = s.budget().effective
+            assert effective is not None and view.tokens <= effective
     assert breaks == compactions
     assert 3 <= compactions <= 150 // 8  # each pass reclaims enough for many calls
 
@@ -173,10 +177,15 @@ async def test_compress_is_a_noop_below_the_trigger_and_honours_overrides(tmp_pa
         assert s.config.warning_threshold == 0.70  # the override was for that call only
 
 
-async def test_a_completed_compaction_reports_where_its_time_went(tmp_path: Path) -> None:
+async def test_a_completed_compaction_reports_where_its_time_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = TickingClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+
     class SlowSummarizer:
         async def summarize(self, request: SummaryRequest) -> SummaryResult:
-            await asyncio.sleep(0.2)
+            clock.advance(0.2)
             return SummaryResult("what happened so far")
 
     cm = ContextManager(

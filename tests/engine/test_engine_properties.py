@@ -6,21 +6,22 @@ import asyncio
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextkeep.messages import Message
 from contextkeep.rounds import split_rounds
-from helpers import manager
+from support import manager
 
 SYSTEM = {"role": "system", "content": "You are an agent. Follow the rules."}
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> list[list[dict]]:
+def histories(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
     """Batches of messages, each batch ending a complete round (what an agent adds between calls)."""
-    batches: list[list[dict]] = [
+    batches: list[list[dict[str, Any]]] = [
         [SYSTEM, {"role": "user", "content": draw(st.text(min_size=1, max_size=300))}]
     ]
     n_calls = 0
@@ -63,12 +64,12 @@ def check_pairing(view: list[Message]) -> None:
     limit=st.integers(100, 800),
 )
 def test_every_view_keeps_the_invariants(
-    batches: list[list[dict]], window: int, keep: int, limit: int
+    batches: list[list[dict[str, Any]]], window: int, keep: int, limit: int
 ) -> None:
     asyncio.run(_run(batches, window, keep, limit))
 
 
-async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) -> None:
+async def _run(batches: list[list[dict[str, Any]]], window: int, keep: int, limit: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cm = manager(
             Path(tmp), window, min_keep_recent_rounds=keep, tool_result_limit=limit, min_keep_tokens=300
@@ -93,6 +94,7 @@ async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) ->
                 ]
                 # The view fits whenever the system prompt and the last two rounds fit.
                 effective = s.budget().effective
+                assert effective is not None
                 last_two = [m for r in rounds[-2:] for m in s.transcript[r.start : r.end]]
                 floor = s.counter.count_prompt(
                     [
@@ -113,7 +115,5 @@ async def _run(batches: list[list[dict]], window: int, keep: int, limit: int) ->
                 twin.store = cm.store
                 async with twin.session("p") as again:
                     assert again.state == s.state
-                    same = again._compactor.measure(
-                        again._transcript, again._tracker.rounds, again.state, None
-                    )[0]
+                    same = (await again.current_view()).neutral
                     assert [m.text for m in same] == [m.text for m in view.neutral]

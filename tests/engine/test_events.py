@@ -10,6 +10,7 @@ import pytest
 from contextkeep.budget import Budget, ContextState
 from contextkeep.events import ContextStatus, Event, EventBus, ModelCompleted
 from contextkeep.tokens import CountSource
+from support import wait_until
 
 
 def test_status_event_carries_the_seed_fields_and_more() -> None:
@@ -62,7 +63,7 @@ async def test_sync_and_async_listeners_filters_and_unsubscribe() -> None:
     assert seen == ["context.status", "model.completed"]
     # emit() from a running loop schedules async listeners as tasks.
     bus.emit(ModelCompleted())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(async_seen) == 2)
     assert async_seen == ["model.completed", "model.completed"]
 
 

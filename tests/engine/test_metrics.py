@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
@@ -16,20 +17,18 @@ from contextkeep.messages import Message
 from contextkeep.metrics import install_metrics
 from contextkeep.models.adapter import ModelReply
 from contextkeep.usage import Usage
-from helpers import call, result, rounds
+from support import call, result, rounds
 
 
-def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict, float]]]:
-    out: dict[str, list[tuple[dict, float]]] = {}
+def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], float]]]:
+    out: dict[str, list[tuple[dict[str, Any], float]]] = {}
     data = reader.get_metrics_data()
     for rm in data.resource_metrics if data else []:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 for p in metric.data.data_points:
-                    value = getattr(p, "value", None)
-                    out.setdefault(metric.name, []).append(
-                        (dict(p.attributes), value if value is not None else p.count)
-                    )
+                    value = p.value if isinstance(p, NumberDataPoint) else p.count
+                    out.setdefault(metric.name, []).append((dict(p.attributes or {}), value))
     return out
 
 

@@ -14,9 +14,9 @@ from contextkeep.errors import ContextOverflowError, ModelError, OverflowPhase
 from contextkeep.events import Event
 from contextkeep.manager import ContextManager
 from contextkeep.models import AnthropicAdapter, OpenAIAdapter
-from contextkeep.testing import FakeLLMServer
+from contextkeep.testing import FakeLLMServer, OverflowFormat, UsageMode
 from contextkeep.usage import UsageSource
-from helpers import rounds
+from support import closing, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Investigate the logs."}
@@ -36,12 +36,12 @@ def setup(tmp_path: Path, assumed_window: int, **config) -> tuple[ContextManager
 
 
 def openai_adapter(srv: FakeLLMServer) -> OpenAIAdapter:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0))
     return OpenAIAdapter("fake-model", client=client)
 
 
 @pytest.mark.parametrize("fmt", ["openai", "deepseek", "vllm", "llamacpp", "dashscope"])
-async def test_an_overflowing_call_is_compacted_and_retried_once(tmp_path: Path, fmt: str) -> None:
+async def test_an_overflowing_call_is_compacted_and_retried_once(tmp_path: Path, fmt: OverflowFormat) -> None:
     with FakeLLMServer(context_window=3_000, overflow_format=fmt, enforce_max_tokens=False) as srv:
         cm, events = setup(tmp_path, 100_000)
         async with cm.session("c") as s:
@@ -63,7 +63,9 @@ async def test_an_overflowing_call_is_compacted_and_retried_once(tmp_path: Path,
 async def test_anthropic_overflow_is_recovered_through_its_sdk(tmp_path: Path) -> None:
     with FakeLLMServer(context_window=3_000, enforce_max_tokens=False) as srv:
         cm, events = setup(tmp_path, 100_000)
-        client = anthropic.AsyncAnthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0)
+        client = closing(
+            anthropic.AsyncAnthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0)
+        )
         async with cm.session("c") as s:
             await s.add([SYSTEM, TASK, *rounds(30, size=600)])
             reply = await s.complete(AnthropicAdapter("fake-model", client=client), max_tokens=200)
@@ -122,7 +124,7 @@ async def test_output_and_unknown_errors_are_not_retried(tmp_path: Path) -> None
     ("mode", "source"), [("full", UsageSource.PROVIDER_CONFIRMED), ("omit", UsageSource.UNAVAILABLE)]
 )
 async def test_usage_is_recorded_as_confirmed_or_unavailable(
-    tmp_path: Path, mode: str, source: UsageSource
+    tmp_path: Path, mode: UsageMode, source: UsageSource
 ) -> None:
     with FakeLLMServer(context_window=50_000, usage_mode=mode) as srv:
         cm, events = setup(tmp_path, 50_000)

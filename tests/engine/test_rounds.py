@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import mini_swe_agent_files, require_shared
 from contextkeep.errors import MalformedHistoryError
 from contextkeep.messages import Message, ToolCall
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.rounds import Repair, RepairPolicy, RoundTracker, repair_history, split_rounds
+from support import mini_swe_agent_files, require_shared
 
 
 def call(*ids: str) -> Message:

@@ -22,7 +22,7 @@ from contextkeep.stores import MemoryStore
 from contextkeep.summarizers import LLMSummarizer, SummaryRequest
 from contextkeep.tokens import counter_for_model
 from contextkeep.usage import Usage
-from helpers import rounds
+from support import collect, rounds
 
 QWEN = "Qwen/Qwen2.5-Coder-32B-Instruct"
 
@@ -106,8 +106,7 @@ async def test_a_config_asking_for_more_than_the_model_holds_warns_once(
 
 async def test_every_status_of_a_compaction_names_the_bound(tmp_path: Path) -> None:
     cm = manager(tmp_path, ModelSpec("test-model", 100_000), ContextConfig(max_context_tokens=4_000))
-    seen: list[ContextStatus] = []
-    cm.events.subscribe(seen.append, "context.status")
+    seen = collect(cm.events, ContextStatus)
     async with cm.session("c1") as s:
         await s.add([{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}, *rounds(30)])
         view = await s.prepare()
@@ -151,16 +150,15 @@ class PlainModel:
 
 async def test_runner_keys_a_spec_less_adapter_by_its_class_name(tmp_path: Path) -> None:
     store = MemoryStore()
-    seen: list[ModelCompleted] = []
     runner = ck.Runner(store=store, workspace=str(tmp_path / "ws"))
-    runner.events.subscribe(seen.append, "model.completed")
+    seen = collect(runner.events, ModelCompleted)
     model = PlainModel()
-    turn = await runner.run(ck.Agent("greeter", model), "c1", "hello")  # type: ignore[arg-type]
+    turn = await runner.run(ck.Agent("greeter", model), "c1", "hello")
     assert model.calls == 1 and "greet" in turn.output
     [scope] = await store.list_scopes("c1", USAGE_DOCUMENT)
     assert scope.endswith("|PlainModel")
     assert [e.model_key for e in seen] == ["PlainModel"]
-    async with runner.manager(ck.Agent("greeter", model)).session(  # type: ignore[arg-type]
+    async with runner.manager(ck.Agent("greeter", model)).session(
         "c1", agent_id="greeter", agent_version="1"
     ) as s:
         assert s.usage.status is UsageStatus.CONFIRMED_BASELINE and s.usage.baseline == 45
@@ -175,5 +173,5 @@ async def test_llm_summarizer_runs_on_a_spec_less_adapter() -> None:
         ContextConfig(),
         counter_for_model("test-model", "heuristic"),
     )
-    result = await LLMSummarizer(model).summarize(request)  # type: ignore[arg-type]
+    result = await LLMSummarizer(model).summarize(request)
     assert model.calls == 1 and result.method == "llm" and "greet" in result.text

@@ -23,7 +23,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import contextkeep as ck
-from conftest import service_unavailable
 from contextkeep import events
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
@@ -34,8 +33,9 @@ from contextkeep.messages import Message
 from contextkeep.metrics import install_metrics
 from contextkeep.models.adapter import ModelReply
 from contextkeep.session import Session
+from contextkeep.stores import SQLStore
 from contextkeep.usage import Usage
-from helpers import rounds
+from support import collect, rounds, service_unavailable
 
 POSTGRES = os.environ.get("CONTEXTKEEP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -77,7 +77,7 @@ def points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any]
     """(attributes, data point) of metric `name`, sorted by attributes."""
     data = reader.get_metrics_data()
     found = [
-        (dict(p.attributes), p)
+        (dict(p.attributes or {}), p)
         for rm in (data.resource_metrics if data else [])
         for sm in rm.scope_metrics
         for metric in sm.metrics
@@ -96,12 +96,6 @@ def make_manager(tmp_path: Path, store: str | None = None, bus: EventBus | None 
         tokenizer="heuristic",
         events=bus,
     )
-
-
-def collect(bus: EventBus, *types: str) -> list[Event]:
-    seen: list[Event] = []
-    bus.subscribe(seen.append, *types)
-    return seen
 
 
 async def schedule_compression(session: Session) -> None:
@@ -130,8 +124,9 @@ async def test_a_full_sqlite_database_counts_one_failed_transcript_save(tmp_path
         await s.add([{"role": "system", "content": "s"}, {"role": "user", "content": "task"}])
     await first.close()
     reader, bus = metered()
-    failed = collect(bus, "store.save_failed")
+    failed = collect(bus, events.StoreSaveFailed)
     cm = make_manager(tmp_path, url, bus)
+    assert isinstance(cm.store, SQLStore)
     sa.event.listen(cm.store.engine.sync_engine, "connect", _cap_file_size)
     async with cm.session("c") as s:
         with pytest.raises(StoreError, match="full"):
@@ -176,6 +171,7 @@ def postgres_app_role() -> Iterator[AppRole]:
             db.execute(f"DROP ROLE {role}")
 
 
+@pytest.mark.services
 async def test_postgres_refusing_document_writes_counts_failed_compaction_and_usage_saves(
     tmp_path: Path, postgres_app_role: AppRole
 ) -> None:
@@ -191,7 +187,7 @@ async def test_postgres_refusing_document_writes_counts_failed_compaction_and_us
         db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {prefix}leases TO {role}")
         db.execute(f"GRANT INSERT ON {prefix}messages TO {role}")
     reader, bus = metered()
-    failed = collect(bus, "store.save_failed")
+    failed = collect(bus, events.StoreSaveFailed)
     cm = make_manager(tmp_path, app_url, bus)
     async with cm.session("c") as s:
         with pytest.raises(StoreError, match="permission denied"):
@@ -215,14 +211,14 @@ async def test_a_deferred_compression_records_its_required_to_completed_latency_
 ) -> None:
     url = f"sqlite:///{tmp_path / 'ck.db'}"
     before = EventBus()
-    required = collect(before, "context.compression.required")
+    required = collect(before, events.CompressionRequired)
     first = make_manager(tmp_path, url, before)
     async with first.session("c") as s:
         await schedule_compression(s)
     await first.close()
     # A new process: it never saw the required event, only the persisted flag.
     reader, bus = metered()
-    completed = collect(bus, "context.compression.completed")
+    completed = collect(bus, events.CompressionCompleted)
     cm = make_manager(tmp_path, url, bus)
     async with cm.session("c") as s:
         view = await s.prepare()
@@ -254,7 +250,7 @@ def test_every_agents_flex_event_maps_to_one_of_our_events_and_back() -> None:
 
 async def test_a_real_model_completed_in_agents_flex_form_has_exactly_the_seed_fields(tmp_path: Path) -> None:
     bus = EventBus()
-    seen = collect(bus, "model.completed")
+    seen = collect(bus, events.ModelCompleted)
     cm = make_manager(tmp_path, bus=bus)
     async with cm.session("conversation-1001") as s:
         await s.add([{"role": "system", "content": "s"}, {"role": "user", "content": "退款进度?"}])
@@ -275,7 +271,7 @@ async def test_agents_flex_form_leaves_out_ratio_and_remaining_without_a_confirm
     tmp_path: Path,
 ) -> None:
     bus = EventBus()
-    seen = collect(bus, "model.completed")
+    seen = collect(bus, events.ModelCompleted)
     async with make_manager(tmp_path, bus=bus).session("c") as s:
         await s.add([{"role": "user", "content": "hi"}])
         await s.record(ModelReply(Message("assistant", "ok"), Usage()))
@@ -290,7 +286,7 @@ async def test_agents_flex_form_leaves_out_ratio_and_remaining_without_a_confirm
 
 async def test_a_deferred_compression_reads_in_agents_flex_form_with_the_seed_fields(tmp_path: Path) -> None:
     bus = EventBus()
-    seen = collect(bus)
+    seen = collect(bus, Event)
     async with make_manager(tmp_path, bus=bus).session("c") as s:
         await schedule_compression(s)
         await s.prepare()

@@ -18,7 +18,7 @@ from contextkeep.models import OpenAIAdapter
 from contextkeep.summarizers import LLMSummarizer
 from contextkeep.testing import FakeLLMServer
 from contextkeep.usage import Usage
-from helpers import call, manager, result, rounds
+from support import call, closing, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 
@@ -117,7 +117,7 @@ L3_ONLY = {"layers": ("L3",), "trigger_ratio": 0.5, "target_ratio": 0.3, "min_ke
 
 
 def llm_manager(tmp_path: Path, srv: FakeLLMServer, **config: Any) -> ContextManager:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0))
     return ContextManager(
         ModelSpec("fake-model", 6_000),
         config=ContextConfig(**{**L3_ONLY, "min_keep_tokens": 0, **config}),

@@ -15,7 +15,7 @@ from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
 from contextkeep.models.adapter import ModelReply
 from contextkeep.usage import Usage, UsageSource
-from helpers import call, manager, result, rounds
+from support import call, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "sys"}
 TASK = {"role": "user", "content": "task"}

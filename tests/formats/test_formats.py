@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import all_trajectory_files, require_shared
 from contextkeep.errors import MessageFormatError
 from contextkeep.formats import from_anthropic, from_openai, from_react, to_anthropic, to_openai, to_react
 from contextkeep.messages import ImagePart, Message, TextPart, ToolCall
 from contextkeep.replay.trajectories import load_trajectories, to_swe_agent
+from support import all_trajectory_files, require_shared
 
-FILES = all_trajectory_files() or [None]
+FILES: list[Path | None] = [*all_trajectory_files()] or [None]
 
 
-def _raw_messages(path: Path) -> list[list[dict]]:
+def _raw_messages(path: Path) -> list[list[dict[str, Any]]]:
     data = json.loads(path.read_text())
     if isinstance(data, dict) and "messages" in data:
         return [[m for m in data["messages"] if m["role"] != "exit"]]
@@ -27,7 +28,7 @@ def _raw_messages(path: Path) -> list[list[dict]]:
     return [data]
 
 
-def _semantic(m: Message) -> tuple:
+def _semantic(m: Message) -> tuple[Any, ...]:
     """What every format carries: role, text, calls with parsed arguments, call id."""
     calls = tuple((c.id, c.name, json.loads(c.arguments or "{}")) for c in m.tool_calls)
     text = m.text or None  # Anthropic cannot carry an empty text block beside tool calls

@@ -26,6 +26,7 @@ from contextkeep.models import (
 from contextkeep.models.openai import _StreamAssembly
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
 from contextkeep.usage import UsageSource
+from support import closing
 
 WINDOW = 200
 VIEW = [Message("system", "You are terse."), Message("user", "List the files.")]
@@ -55,13 +56,17 @@ def srv() -> Iterator[FakeLLMServer]:
 def oai_client(server: FakeLLMServer) -> openai.AsyncOpenAI:
     # Plain HTTP: skipping certificate loading keeps each client cheap.
     http = openai.DefaultAsyncHttpxClient(verify=False)
-    return openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0, http_client=http)
+    return closing(
+        openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0, http_client=http)
+    )
 
 
 def claude_client(server: FakeLLMServer) -> anthropic.AsyncAnthropic:
     http = anthropic.DefaultAsyncHttpxClient(verify=False)
-    return anthropic.AsyncAnthropic(
-        base_url=server.anthropic_base_url, api_key="k", max_retries=0, http_client=http
+    return closing(
+        anthropic.AsyncAnthropic(
+            base_url=server.anthropic_base_url, api_key="k", max_retries=0, http_client=http
+        )
     )
 
 
@@ -276,7 +281,8 @@ async def test_openai_bad_request_is_not_retryable(srv: FakeLLMServer) -> None:
 
 
 async def test_openai_connection_error_is_retryable_provider_error() -> None:
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{closed_port()}/v1", api_key="k", max_retries=0)
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    client = closing(openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0))
     with pytest.raises(ProviderError) as caught:
         await OpenAIAdapter("m", client=client).complete(VIEW)
     assert (caught.value.status_code, caught.value.retryable) == (None, True)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -26,13 +24,16 @@ from contextkeep.testing import (
     FakeLLMServer,
     Reply,
     ToolCallSpec,
+    UsageMode,
     default_counter,
 )
+from support import closing, use_offline_tokenizers
 
 # tiktoken reads this when the encoding is first loaded, so setting it here is early enough.
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path(__file__).parents[2] / "shared" / "tokenizers"))
+use_offline_tokenizers()
 
-USER = [{"role": "user", "content": "hi"}]
+# Messages and tools stay plain dicts (`Any`): these tests are about the wire format, not the SDKs' TypedDicts.
+USER: Any = [{"role": "user", "content": "hi"}]
 WINDOW = 100
 
 
@@ -49,15 +50,15 @@ def srv() -> Iterator[FakeLLMServer]:
 # The server is plain HTTP: skipping certificate loading saves ~40 ms per client.
 def oai(server: FakeLLMServer, **kwargs: Any) -> openai.OpenAI:
     http = openai.DefaultHttpxClient(verify=False)
-    return openai.OpenAI(
-        base_url=server.base_url, api_key="sk-test", max_retries=0, http_client=http, **kwargs
+    return closing(
+        openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0, http_client=http, **kwargs)
     )
 
 
 def claude(server: FakeLLMServer) -> anthropic.Anthropic:
     http = anthropic.DefaultHttpxClient(verify=False)
-    return anthropic.Anthropic(
-        base_url=server.anthropic_base_url, api_key="k", max_retries=0, http_client=http
+    return closing(
+        anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0, http_client=http)
     )
 
 
@@ -126,9 +127,10 @@ async def test_async_client_and_concurrent_requests_are_recorded(srv: FakeLLMSer
     client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0, http_client=http)
     first = await client.chat.completions.create(model="m", messages=USER)
     assert first.choices[0].message.tool_calls is not None
-    assert first.choices[0].message.tool_calls[0].function.arguments == '{"pattern": "TODO"}'
+    tool_call = first.choices[0].message.tool_calls[0]
+    assert tool_call.type == "function" and tool_call.function.arguments == '{"pattern": "TODO"}'
 
-    messages = [[{"role": "user", "content": f"q{i}"}] for i in range(20)]
+    messages: list[Any] = [[{"role": "user", "content": f"q{i}"}] for i in range(20)]
     replies = await asyncio.gather(*(client.chat.completions.create(model="m", messages=m) for m in messages))
     assert {r.choices[0].message.content for r in replies} == {"ok"}
     recorded = [r.body["messages"] for r in srv.requests[1:]]
@@ -197,7 +199,7 @@ def test_custom_counter_drives_usage() -> None:
 def test_usage_mode_switches_between_calls(srv: FakeLLMServer) -> None:
     srv.counter = fixed(40)
     client = oai(srv)
-    expected = {
+    expected: dict[UsageMode, dict[str, int]] = {
         "full": {"prompt_tokens": 40, "completion_tokens": 1, "total_tokens": 41},
         "prompt_only": {"prompt_tokens": 40},
         "completion_only": {"completion_tokens": 1},
@@ -266,7 +268,7 @@ REQUESTED = (
     "you requested 150 tokens (150 in the messages, 0 in the completion). "
     "Please reduce the length of the messages or completion."
 )
-INPUT_OVERFLOW = {
+INPUT_OVERFLOW: dict[str, dict[str, Any]] = {
     "openai": {
         "error": {
             "message": MSG + "your messages resulted in 150 tokens. "
@@ -385,12 +387,12 @@ def test_ollama_truncates_silently() -> None:
 
 def test_real_count_rejects_a_long_conversation(srv: FakeLLMServer) -> None:
     client = oai(srv)
-    fits = [{"role": "user", "content": "word " * 50}]
+    fits: Any = [{"role": "user", "content": "word " * 50}]
     assert client.chat.completions.create(model="m", messages=fits)
-    too_long = [{"role": "user", "content": "word " * 120}]
+    too_long: Any = [{"role": "user", "content": "word " * 120}]
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="m", messages=too_long)
-    assert caught.value.body["code"] == "context_length_exceeded"
+    assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "context_length_exceeded"
     assert f"resulted in {default_counter({'messages': too_long})} tokens" in caught.value.message
 
 
@@ -519,7 +521,7 @@ def test_models_and_show_report_the_window() -> None:
 
 
 def test_requests_are_recorded_exactly_and_reset(srv: FakeLLMServer) -> None:
-    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    tools: Any = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
     oai(srv).chat.completions.create(model="m", messages=USER, tools=tools, temperature=0)
     claude(srv).messages.create(model="c", max_tokens=5, messages=USER)
     (path, body, headers), second = srv.requests
@@ -553,12 +555,12 @@ def test_served_to_another_process(srv: FakeLLMServer) -> None:
 
 def test_settings_are_validated_and_url_needs_a_running_server() -> None:
     with pytest.raises(ConfigError) as caught:
-        FakeLLMServer(usage_mode="sometimes")
+        FakeLLMServer(usage_mode="sometimes")  # type: ignore[arg-type]  # what is checked: a bad value
     assert caught.value.key == "usage_mode"
     with pytest.raises(ConfigError):
-        FakeLLMServer(overflow_format="azure")
+        FakeLLMServer(overflow_format="azure")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
-        FakeLLMServer().fail_next_summaries("boom")
+        FakeLLMServer().fail_next_summaries("boom")  # type: ignore[arg-type]
     server = FakeLLMServer()
     with pytest.raises(RuntimeError):
         _ = server.base_url

@@ -22,7 +22,7 @@ from contextkeep.models import OpenAIAdapter
 from contextkeep.offload import ActionSnapshot
 from contextkeep.rounds import split_rounds
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from helpers import REFERENCE, rounds
+from support import REFERENCE, closing, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
@@ -42,7 +42,7 @@ DBGPT_FIELDS = [
 
 
 def adapter(srv: FakeLLMServer, window: int = 50_000) -> OpenAIAdapter:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="t", max_retries=0))
     return OpenAIAdapter("fake-model", client=client, context_window=window)
 
 
@@ -199,7 +199,8 @@ async def test_dropped_rounds_go_to_offload_context_and_the_session_keeps_workin
     split_rounds(later.neutral)  # well paired
     assert later.neutral[0].text == SYSTEM["content"] and later.neutral[1].text == TASK["content"]
     assert later.neutral[-1].text == s.transcript[-1].text
-    assert later.tokens <= s.budget().effective
+    effective = s.budget().effective
+    assert effective is not None and later.tokens <= effective
 
 
 async def test_the_users_references_read_back_after_a_restart(offloader: SyncOffloader) -> None:
@@ -261,7 +262,7 @@ async def test_progress_in_prompt_always_shows_the_first_step_before_any_compact
     for mode in ("on_compaction", "always"):
         replies = [Reply(tool_calls=[ToolCallSpec("lookup", {"key": "bolts"})]), Reply(text="7.")]
         with FakeLLMServer(replies=replies) as srv:
-            config = ContextConfig(progress_in_prompt=mode)  # type: ignore[arg-type]
+            config = ContextConfig(progress_in_prompt=mode)
             agent = Agent(
                 "stock", adapter(srv), system_prompt="You count stock.", tools=[lookup], config=config
             )

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
-from conftest import DEEPSEEK_TOKENIZER, all_trajectory_files, require_shared
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
 from contextkeep.manager import ContextManager
 from contextkeep.replay.engine import replay
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import HFEncoder, counter_for_model
+from support import DEEPSEEK_TOKENIZER, all_trajectory_files, require_shared
 
-FILES = all_trajectory_files() or [None]
+# Each case replays a whole shared trajectory.
+pytestmark = pytest.mark.slow
+
+FILES: list[Path | None] = [*all_trajectory_files()] or [None]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if p else "none")
@@ -31,7 +35,7 @@ async def test_replay_at_32k_stays_in_budget_and_every_reference_reads_back(
             ModelSpec(trajectory.model or "gpt-4o", 32_768),
             config=ContextConfig(reserved_tokens=4_096),
             workspace=tmp_path / "ws",
-            counter_factory=lambda t=trajectory, e=tokenizer: counter_for_model(t.model or "gpt-4o", e),
+            counter_factory=functools.partial(counter_for_model, trajectory.model or "gpt-4o", tokenizer),
         )
         result = await replay(trajectory, cm)
         assert result.over_budget_calls == 0

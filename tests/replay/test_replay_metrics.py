@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from conftest import mini_swe_agent_files, require_shared
 from contextkeep.cli.replay import measure, replay_command
 from contextkeep.messages import Message
 from contextkeep.replay.metrics import (
@@ -24,6 +23,7 @@ from contextkeep.replay.presets import PRESETS, get_preset
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import HeuristicEncoder, HFEncoder, PlainFraming, PromptCounter
 from contextkeep.view import View
+from support import mini_swe_agent_files, require_shared
 
 TOOL_OUTPUT = "def compute_total_price(items):\n" + "    total += 1\n" * 30 + "raise ValueError(4096)\n# end"
 HISTORY: list[dict[str, Any]] = [
@@ -168,6 +168,7 @@ async def test_swe_agent_preset_masks_exactly_what_swe_agent_masked(tmp_path: Pa
         assert ours[n] == expected[n], f"prompt of {n} messages"
 
 
+@pytest.mark.slow
 async def test_default_strategy_meets_the_cost_and_retention_targets_on_the_deepseek_runs(
     tmp_path: Path, deepseek_tokenizer: Path
 ) -> None:

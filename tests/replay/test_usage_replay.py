@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEEPSEEK_TOKENIZER, mini_swe_agent_files, require_shared
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
 from contextkeep.events import Event
@@ -14,6 +13,10 @@ from contextkeep.manager import ContextManager
 from contextkeep.replay.engine import replay
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import HFEncoder, counter_for_model
+from support import DEEPSEEK_TOKENIZER, mini_swe_agent_files, require_shared
+
+# Each case replays a whole DeepSeek run, twice.
+pytestmark = pytest.mark.slow
 
 WINDOW, RESERVED, THRESHOLD = 65_536, 8_192, 0.85
 USABLE = WINDOW - RESERVED
@@ -47,7 +50,8 @@ async def test_recorded_then_simulated_usage_drives_deferred_compression(
         prompt = completed[n]["input_tokens"]
         if not compacted_before and not call.layers:
             # Until the first compaction the recorded usage drives the policy, and our view is that prompt exactly.
-            assert prompt == trajectory.calls[n].usage["prompt_tokens"] == views[n]
+            recorded = trajectory.calls[n].usage
+            assert recorded is not None and prompt == recorded["prompt_tokens"] == views[n]
         else:
             assert prompt == views[n]  # the simulated provider counts the compacted view
         compacted_before = compacted_before or bool(call.layers)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import service_unavailable
 from contextkeep.capabilities import ModelSpec
 from contextkeep.cli.serve import demo_settings
 from contextkeep.config import ContextConfig
@@ -28,6 +27,10 @@ from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
 from contextkeep.usage import Usage
+from support import service_unavailable
+
+# Chromium drives the dashboard while a workload paces through its states.
+pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

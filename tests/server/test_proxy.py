@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -11,7 +12,7 @@ from contextkeep.config import ContextConfig
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter
-from serving import SSECollector, types
+from support import SSECollector, closing, types
 
 WINDOW = 2_000
 TURNS = 40
@@ -68,9 +69,12 @@ def proxy(tmp_path):
 
 def client(server, conversation: str | None = "agent-1") -> openai.OpenAI:
     headers = {"X-Conversation-Id": conversation} if conversation else {}
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", default_headers=headers, max_retries=0)
+    return closing(
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", default_headers=headers, max_retries=0)
+    )
 
 
+@pytest.mark.slow
 def test_long_agent_fits_the_window_and_recovers_from_overflow(proxy):
     server, upstream = proxy
     agent = client(server)
@@ -82,7 +86,7 @@ def test_long_agent_fits_the_window_and_recovers_from_overflow(proxy):
         for turn in range(TURNS):
             if turn == 25:
                 upstream.fail_next(400, OVERFLOW)
-            kwargs = {"model": "fake-model", "messages": history, "tools": TOOLS}
+            kwargs: dict[str, Any] = {"model": "fake-model", "messages": history, "tools": TOOLS}
             if turn % 3 == 0:
                 message = streamed(agent, kwargs)
             else:
@@ -111,10 +115,10 @@ def test_long_agent_fits_the_window_and_recovers_from_overflow(proxy):
     assert calls[-1]["messages"] and any(m["kind"] for m in calls[-1]["messages"])
 
 
-def streamed(agent: openai.OpenAI, kwargs: dict) -> dict:
+def streamed(agent: openai.OpenAI, kwargs: dict[str, Any]) -> dict[str, Any]:
     chunks = list(agent.chat.completions.create(**kwargs, stream=True))
     assert all(c.choices for c in chunks)  # the usage chunk is not forwarded unless asked for
-    calls: dict[int, dict] = {}
+    calls: dict[int, dict[str, Any]] = {}
     text = ""
     for chunk in chunks:
         delta = chunk.choices[0].delta
@@ -136,7 +140,7 @@ def client_json(server, path: str):
 
 def test_stream_with_usage_pass_through_and_divergence(proxy):
     server, upstream = proxy
-    history = [{"role": "user", "content": "hello"}]
+    history: Any = [{"role": "user", "content": "hello"}]
     chunks = list(
         client(server, "s-1").chat.completions.create(
             model="fake-model", messages=history, stream=True, stream_options={"include_usage": True}

@@ -17,8 +17,7 @@ from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
 from contextkeep.usage import Usage
-from helpers import rounds
-from serving import SSECollector, types
+from support import SSECollector, rounds, types
 
 CONV = "conv-1"
 
@@ -33,8 +32,11 @@ def make_manager(tmp_path: Path, store: str = "memory://") -> ContextManager:
     )
 
 
-async def fill(m: ContextManager, conversation: str = CONV, steps: int = 12) -> None:
-    """A tool-using conversation long enough to be compacted, with confirmed usage."""
+async def fill(m: ContextManager, conversation: str = CONV, steps: int = 12, *, close: bool = False) -> None:
+    """A tool-using conversation long enough to be compacted, with confirmed usage; `close`: then close `m`.
+
+    Closing in the same event loop matters: a store's connections belong to the loop that opened them.
+    """
     async with m.session(conversation) as s:
         if not s.transcript:
             await s.add(
@@ -45,6 +47,8 @@ async def fill(m: ContextManager, conversation: str = CONV, steps: int = 12) -> 
             await s.add(rounds(1, size=1200, start=i))
             view = await s.prepare()
             await s.record({"role": "assistant", "content": f"step {i} done"}, Usage(view.tokens, 5))
+    if close:
+        await m.close()
 
 
 @pytest.fixture
@@ -138,6 +142,7 @@ def test_non_loopback_binding_requires_a_token():
     create_app(ServerSettings(host="0.0.0.0", token="t", store="memory://"))
 
 
+@pytest.mark.slow
 def test_events_in_process_live_and_cross_process_by_polling(tmp_path):
     url = f"sqlite:///{tmp_path / 'ck.db'}"
     served = make_manager(tmp_path, url)
@@ -145,7 +150,7 @@ def test_events_in_process_live_and_cross_process_by_polling(tmp_path):
     with BackgroundServer(app) as server, SSECollector(f"{server.url}/api/events") as stream:
         # Another process (here: another manager on the same store) works on a conversation.
         writer = make_manager(tmp_path, url)
-        asyncio.run(fill(writer, "other", steps=14))
+        asyncio.run(fill(writer, "other", steps=14, close=True))
         events = stream.wait_for(
             lambda ev: {"context.compression.completed", "model.completed"} <= set(types(ev))
         )
@@ -169,8 +174,10 @@ def test_events_in_process_live_and_cross_process_by_polling(tmp_path):
         )
         events = stream.wait_for(lambda ev: len(ev) >= 1)
         assert [d["used"] for _, d in events] == [2]
+    asyncio.run(served.close())  # the app does not own a manager it was given
 
 
+@pytest.mark.slow
 def test_openapi_fuzzing_finds_no_server_error(tmp_path):
     """Schemathesis generates requests for every documented operation (event streams excepted)."""
     schemathesis = pytest.importorskip("schemathesis")

@@ -14,16 +14,19 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import service_unavailable
+from contextkeep.compaction.state import CompactionState
+from contextkeep.messages import Message
 from contextkeep.rounds import split_rounds
 from contextkeep.stores import open_store
-from helpers import assert_references_readable
-from store_worker import (
+from support import assert_references_readable, backends, service_unavailable
+from support.store_worker import (
     SYSTEM,
     TASK,
     ProbeStore,
@@ -39,6 +42,9 @@ from store_worker import (
     unreachable,
 )
 
+# Each test runs worker processes to a SIGKILL and a restart.
+pytestmark = pytest.mark.slow
+
 STEPS = 24
 TTL_MS = 500  # short, so a restart waits little for a dead holder's compaction lease
 # point -> n-th arrival that kills (see `Trip`): the 2nd summary's compaction, or the 3rd round after
@@ -46,13 +52,13 @@ TTL_MS = 500  # short, so a restart waits little for a dead holder's compaction 
 POINTS = {"after_offload": 2, "before_save": 2, "during_summary": 2, "between_appends": 3}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=backends("sqlite", "postgresql"))
 async def spec(request, tmp_path):
     if request.param != "sqlite" and (reason := unreachable(request.param)):
         service_unavailable(request.param, reason)
     prefix = f"cs{uuid.uuid4().hex[:10]}"
     url = store_url(request.param, prefix, tmp_path)
-    spec = {
+    spec: dict[str, Any] = {
         "store": url,
         "workspace": str(tmp_path / "ws"),
         "summaries": str(tmp_path / "summaries.jsonl"),
@@ -75,7 +81,7 @@ def run_worker(spec, tmp_path: Path, name: str, **extra) -> int:
     return finish(launch({**spec, "journal": str(tmp_path / f"{name}.journal"), **extra}, err), err)
 
 
-async def stored_state(spec):
+async def stored_state(spec: Mapping[str, Any]) -> tuple[list[Message], CompactionState]:
     cm = build_manager(spec)
     try:
         async with cm.session(spec["conversation"]) as s:
@@ -116,13 +122,13 @@ async def test_restart_after_sigkill_loses_and_duplicates_nothing(spec, point, t
     assert tags[2 : 2 + len(accepted)] == accepted  # every message the killed worker's store accepted
     assert [m.id for m in transcript] == [f"m{i:06d}" for i in range(len(transcript))]
     summaries = [r for r in state.records if r.layer == "L3"]
-    for before, after in pairwise(summaries):
-        assert before.last <= after.first
+    for earlier, later in pairwise(summaries):
+        assert earlier.last <= later.first
 
 
 async def test_a_killed_lease_holder_is_taken_over_after_the_ttl(tmp_path: Path) -> None:
     ttl = 1500
-    spec = {
+    spec: dict[str, Any] = {
         "store": store_url("sqlite", "lease", tmp_path),
         "workspace": str(tmp_path / "ws"),
         "summaries": str(tmp_path / "summaries.jsonl"),

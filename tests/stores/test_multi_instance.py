@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import service_unavailable
 from contextkeep.formats.openai import from_openai
 from contextkeep.rounds import split_rounds
-from helpers import assert_references_readable
-from store_worker import (
+from support import assert_references_readable, service_unavailable
+from support.store_worker import (
     SYSTEM,
     TASK,
     assert_offloads_intact,
@@ -35,6 +34,9 @@ from store_worker import (
     tag,
     unreachable,
 )
+
+# Two worker processes on a PostgreSQL or Redis store.
+pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 STEPS = int(os.environ.get("CONTEXTKEEP_SOAK_STEPS", "150"))
 WORKERS = ("a", "b")

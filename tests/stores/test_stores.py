@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import os
 import socket
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,7 +19,6 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from conftest import service_unavailable
 from contextkeep.errors import ConfigError, SchemaVersionError, StoreError
 from contextkeep.messages import FilePart, ImagePart, Message, TextPart, ToolCall
 from contextkeep.stores import (
@@ -32,6 +32,7 @@ from contextkeep.stores import (
     migrate,
     open_store,
 )
+from support import backends, service_unavailable, wait_until
 
 SERVERS = {
     "postgresql": os.environ.get(
@@ -41,9 +42,9 @@ SERVERS = {
     "redis": os.environ.get("CONTEXTKEEP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
 }
 DEFAULT_PORTS = {"postgresql": 5432, "mariadb": 3306, "redis": 6379}
-ALL = ["memory", "sqlite", "postgresql", "mariadb", "redis"]
-SQL = ["sqlite", "postgresql", "mariadb"]
-PERSISTENT = ["sqlite", "postgresql", "mariadb", "redis"]
+ALL = backends("memory", "sqlite", "postgresql", "mariadb", "redis")
+SQL = backends("sqlite", "postgresql", "mariadb")
+PERSISTENT = backends("sqlite", "postgresql", "mariadb", "redis")
 
 
 @functools.cache
@@ -276,7 +277,7 @@ async def test_list_scopes_names_each_saved_document_of_a_kind(backend: Backend,
     assert await store.list_scopes(other, "usage") == ["z|1|m"]
 
 
-@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+@pytest.mark.parametrize("backend", backends("redis"), indirect=True)
 async def test_a_layout_1_redis_store_indexes_its_documents_on_first_use(backend: Backend):
     url = backend.url()
     store = backend.open(url)
@@ -288,7 +289,8 @@ async def test_a_layout_1_redis_store_indexes_its_documents_on_first_use(backend
     await _force_version(store, 1)
     upgraded = backend.open(url)
     assert await upgraded.list_scopes(c, "usage") == ["agent|1|m"]
-    assert int(await store.client.get(f"{store.key_prefix}schema_version")) == 2
+    version = await store.client.get(f"{store.key_prefix}schema_version")
+    assert version is not None and int(version) == 2
 
 
 async def test_concurrent_document_saves_one_wins_per_version(backend: Backend, store: Store):
@@ -329,12 +331,13 @@ async def test_lease_expiry_takeover_and_renewal(backend: Backend, store: Store)
     c = conv()
     other = backend.reopen(store)
     assert await store.acquire_lease(c, "summary", "alice", 100)
-    await asyncio.sleep(0.03)
-    assert await store.acquire_lease(c, "summary", "alice", 250)  # renewal extends the expiry
-    await asyncio.sleep(0.12)  # past the first ttl, not the renewed one
-    assert not await other.acquire_lease(c, "summary", "bob", 10_000)
-    await asyncio.sleep(0.2)
-    assert await other.acquire_lease(c, "summary", "bob", 10_000)  # expired: taken over
+    first_expired = time.monotonic() + 0.1 + 0.05  # the store's own clock may lag a little
+    assert await store.acquire_lease(c, "summary", "alice", 60_000)  # renewal extends the expiry
+    await wait_until(lambda: time.monotonic() > first_expired)
+    assert not await other.acquire_lease(c, "summary", "bob", 10_000)  # past the first ttl, still held
+    assert await store.acquire_lease(c, "summary", "alice", 100)  # renewed again, now short
+    # Expired: taken over (each refused attempt leaves the lease as it was).
+    await wait_until(lambda: other.acquire_lease(c, "summary", "bob", 10_000))
     assert not await store.acquire_lease(c, "summary", "alice", 10_000)
 
 

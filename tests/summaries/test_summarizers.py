@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from conftest import mini_swe_agent_files, require_shared
 from contextkeep.capabilities import ModelSpec
 from contextkeep.compaction.state import Summary
 from contextkeep.config import ContextConfig
@@ -27,6 +26,7 @@ from contextkeep.summarizers import (
     render_summary,
 )
 from contextkeep.tokens import counter_for_model
+from support import mini_swe_agent_files, require_shared
 
 COUNTER = counter_for_model("deepseek-chat", "heuristic")
 

@@ -15,8 +15,8 @@ from contextkeep.events import Event
 from contextkeep.manager import ContextManager
 from contextkeep.models import OpenAIAdapter
 from contextkeep.summarizers import LLMSummarizer
-from contextkeep.testing import FakeLLMServer
-from helpers import rounds
+from contextkeep.testing import FakeLLMServer, SummaryFailure
+from support import closing, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 TASK = {"role": "user", "content": "Find why build 4411 fails in src/build/runner.py"}
@@ -31,7 +31,7 @@ L3_ONLY = {
 
 
 def manager(tmp_path: Path, srv: FakeLLMServer, *, timeout: float | None = None, **config) -> ContextManager:
-    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    client = closing(openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0))
     return ContextManager(
         ModelSpec("fake-model", 6_000),
         config=ContextConfig(**{**L3_ONLY, **config}),
@@ -78,13 +78,16 @@ async def test_summary_is_made_persisted_restored_and_updated_incrementally(tmp_
     assert "HEAD-3 " in first and "HEAD-3 " not in second  # old rounds are not sent again
     assert "HEAD-45 " in second
     sent = " ".join(str(m["content"]) for m in json.loads(second))
+    assert s.state.summary.data is not None
     overview = str(s.state.summary.data["task_overview"])[:40]
     assert overview and overview in sent  # the previous summary travels with the new rounds
     assert s2.state.summary is not None and s2.state.summary.cursor > s.state.summary.cursor
 
 
 @pytest.mark.parametrize("kind", ["malformed_json", "empty", "timeout", "http_500"])
-async def test_failures_count_open_the_breaker_and_the_strategy_applies(tmp_path: Path, kind: str) -> None:
+async def test_failures_count_open_the_breaker_and_the_strategy_applies(
+    tmp_path: Path, kind: SummaryFailure
+) -> None:
     with FakeLLMServer(context_window=50_000, timeout_seconds=3) as srv:
         srv.fail_next_summaries(kind, count=100)
         cm = manager(

@@ -1,4 +1,4 @@
-"""Builders shared by the engine tests: conversations, managers, reference checks."""
+"""Builders shared by the tests: conversations, managers, reference checks."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from contextkeep.capabilities import ModelSpec
 from contextkeep.config import ContextConfig
+from contextkeep.events import Event, EventBus
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
 from contextkeep.offload import Workspace
 from contextkeep.tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
+
+EventT = TypeVar("EventT", bound=Event)
 
 REFERENCE = re.compile(r"\[Full detail available at: ([^\]\s]+)\]|refer to the file in '([^']+)'")
 
@@ -89,3 +92,15 @@ async def assert_references_readable(workspace: Workspace, view: Sequence[Messag
     for ref in refs:
         assert await workspace.read(ref), ref
     return len(refs)
+
+
+def collect(bus: EventBus, kind: type[EventT]) -> list[EventT]:
+    """Every `kind` event `bus` emits from now on (`Event`: every event), typed as `kind`."""
+    seen: list[EventT] = []
+
+    def keep(event: Event) -> None:
+        if isinstance(event, kind):
+            seen.append(event)
+
+    bus.subscribe(keep, *(() if kind is Event else (kind.type,)))
+    return seen

@@ -1,4 +1,4 @@
-"""Helpers for the server tests: read a server-sent-event stream in a thread."""
+"""For the server tests: read a server-sent-event stream in a thread."""
 
 from __future__ import annotations
 

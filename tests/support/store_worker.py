@@ -1,6 +1,6 @@
 """One contextkeep instance in its own OS process, for the multi-instance and crash-safety tests.
 
-Run as `python tests/store_worker.py SPEC_JSON`. The worker opens a `ContextManager`
+Run as `python tests/support/store_worker.py SPEC_JSON`. The worker opens a `ContextManager`
 on the spec's store URL and workspace, then adds tool rounds to one conversation
 and prepares a view after each, as an agent loop would. Every batch the store
 accepted is written to a journal *after* `add` returned, so the test knows what

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from conftest import all_trajectory_files
 from contextkeep.replay.trajectories import load_trajectories
 from contextkeep.tokens import HFEncoder, counter_for_model
 from contextkeep.tokens._onig import VERIFIED_RANGES, translate
 from contextkeep.tokens.framing import FoldState
+from support import all_trajectory_files
 
 
 def _variant(folder: Path, deepseek_tokenizer: Path, normalizer: dict[str, object]) -> Path:
@@ -51,6 +51,7 @@ def _reference_counts(reference: Tokenizer, texts: list[str]) -> list[int]:
     return [len(e.ids) for e in reference.encode_batch(texts, add_special_tokens=False)]
 
 
+@pytest.mark.slow
 def test_every_trajectory_text_and_rendered_message_counts_the_same(
     encoder: HFEncoder, reference: Tokenizer
 ) -> None:
@@ -69,6 +70,7 @@ def test_every_trajectory_text_and_rendered_message_counts_the_same(
     assert [encoder.count(t) for t in texts] == _reference_counts(reference, texts)
 
 
+@pytest.mark.slow
 def test_every_verified_character_splits_as_tokenizers_does(encoder: HFEncoder, reference: Tokenizer) -> None:
     # Each character alone, doubled, after a letter, a digit, a space and a newline, before a letter:
     # every class it could belong to shows up in how the text splits.
@@ -116,6 +118,7 @@ def test_generated_text_counts_the_same(encoder: HFEncoder, reference: Tokenizer
     assert encoder.count(text) == len(reference.encode(text, add_special_tokens=False).ids)
 
 
+@pytest.mark.slow
 def test_counts_stay_exact_when_the_piece_memo_starts_over(
     tokenizer_json: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,6 +128,7 @@ def test_counts_stay_exact_when_the_piece_memo_starts_over(
     assert [encoder.count(t) for t in texts * 2] == _reference_counts(reference, texts * 2)
 
 
+@pytest.mark.slow
 def test_a_pipeline_it_cannot_follow_is_left_to_tokenizers(tmp_path: Path, deepseek_tokenizer: Path) -> None:
     path = _variant(tmp_path, deepseek_tokenizer, {"type": "NFKC"})
     encoder = HFEncoder(path)

@@ -21,7 +21,6 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from conftest import DEEPSEEK_TOKENIZER, mini_swe_agent_files, require_shared
 from contextkeep import ContextConfig, ContextManager, ModelSpec
 from contextkeep.cli import main
 from contextkeep.errors import TokenizerError
@@ -38,9 +37,9 @@ from contextkeep.tokens import (
     counter_for_model,
 )
 from contextkeep.usage import Usage
-from helpers import call, result
+from support import DEEPSEEK_TOKENIZER, call, mini_swe_agent_files, require_shared, result
 
-RUNS = mini_swe_agent_files() or [None]
+RUNS: list[Path | None] = [*mini_swe_agent_files()] or [None]
 CONVERSATION = [
     {"role": "system", "content": "You are a careful engineer."},
     {"role": "user", "content": "List the files, then read the README."},

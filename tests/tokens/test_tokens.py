@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mini_swe_agent_files, require_shared
 from contextkeep.errors import ConfigError, TokenizerError
 from contextkeep.messages import Message, ToolCall
 from contextkeep.replay.accuracy import count_accuracy
@@ -25,11 +24,12 @@ from contextkeep.tokens import (
     encoder_from_spec,
     encoding_for_model,
 )
-from helpers import RecordingEncoder
+from support import RecordingEncoder, mini_swe_agent_files, require_shared
 
-FILES = mini_swe_agent_files() or [None]
+FILES: list[Path | None] = [*mini_swe_agent_files()] or [None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if p else "none")
 def test_deepseek_counts_match_the_providers_prompt_tokens(
     path: Path | None, deepseek_tokenizer: Path

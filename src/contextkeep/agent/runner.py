@@ -214,7 +214,7 @@ def _exhausted(agent: Agent, calls: int) -> MaxIterationsError:
 def _tools(agent: Agent, session: Session) -> list[Tool]:
     tools = [t if isinstance(t, Tool) else Tool.from_function(t) for t in agent.tools]
     if agent.recall:
-        tools.append(recall_tool(session.manager.workspace, session.conversation_id))
+        tools.append(recall_tool(session.workspace, session.conversation_id))
     return tools
 
 

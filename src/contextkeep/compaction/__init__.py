@@ -1,18 +1,31 @@
-"""The compaction engine: state, view derivation, layers and the progressive pipeline."""
+"""Compaction: the persisted state, and the layers that change it, as pluggable objects.
 
-from contextkeep.compaction.builder import REF_KEY, SystemPromptHook, ViewBuilder, default_progress_hook
-from contextkeep.compaction.pipeline import Compactor, Outcome
+A layer implements :class:`Layer` (decide, then propose new states through the
+:class:`PassContext`); :func:`register_layer` makes it available by name to
+`ContextConfig.layers`, beside the built-in `L1`–`L4` (:class:`LayerName`).
+"""
+
+from contextkeep.compaction._layer import Layer
+from contextkeep.compaction._names import CompressionReason, LayerName
+from contextkeep.compaction._pass import Outcome, PassContext, PassResources
+from contextkeep.compaction._registry import LayerFactory, register_layer, resolve_layers
 from contextkeep.compaction.state import CompactionRecord, CompactionState, ProgressStep, Summary
+from contextkeep.compaction.system_prompt import SystemPromptHook, default_progress_hook
 
 __all__ = [
-    "REF_KEY",
     "CompactionRecord",
     "CompactionState",
-    "Compactor",
+    "CompressionReason",
+    "Layer",
+    "LayerFactory",
+    "LayerName",
     "Outcome",
+    "PassContext",
+    "PassResources",
     "ProgressStep",
     "Summary",
     "SystemPromptHook",
-    "ViewBuilder",
     "default_progress_hook",
+    "register_layer",
+    "resolve_layers",
 ]

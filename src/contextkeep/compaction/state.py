@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from contextkeep.summarizers.base import Summary
+
 __all__ = ["CompactionRecord", "CompactionState", "ProgressStep", "Summary"]
 
 
@@ -19,9 +21,9 @@ class CompactionRecord:
     """One compaction, for audit and replay."""
 
     layer: str
-    """`L0`...`L4`, or `summary`."""
+    """The layer that made the change: `L1`...`L4` (`LayerName`), or a registered layer's name."""
     reason: str
-    """BUDGET, THRESHOLD_REACHED, OVERFLOW_RECOVERY or MANUAL."""
+    """Why the pass ran: BUDGET, THRESHOLD_REACHED, OVERFLOW_RECOVERY or MANUAL (`CompressionReason`)."""
     tokens_before: int
     """View tokens before."""
     tokens_after: int
@@ -34,22 +36,6 @@ class CompactionRecord:
     """Where the removed content was offloaded."""
     at: float = field(default_factory=time.time)
     """Unix time."""
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """A summary of the transcript before `cursor`."""
-
-    text: str
-    """Rendered summary text (what goes into the summary slot)."""
-    cursor: int
-    """Transcript messages before this index are covered."""
-    data: Mapping[str, Any] | None = None
-    """The structured fields, when the summariser produced them."""
-    method: str = "extractive"
-    """`llm` or `extractive`."""
-    reference: str = ""
-    """Where every message the summary replaced can be read in full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +62,9 @@ class CompactionState:
     """Tool outputs (and images) of messages before this transcript index are masked (L1)."""
     image_boundary: int = 0
     """Images of messages before this transcript index are replaced by their reference (L1)."""
+    masked: tuple[int, ...] = ()
+    """Transcript indices of tool outputs masked one by one, wherever the mask boundary is (a
+    layer's own choice, e.g. a file read that a later identical one supersedes); ascending."""
     drop_cursor: int = 0
     """Rounds starting before this transcript index are out of the view (L2 / L4)."""
     drop_reference: str = ""
@@ -112,7 +101,10 @@ class CompactionState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON form."""
-        return asdict(self)
+        data = asdict(self)
+        if not self.masked:  # unset, the document stays as versions without the field wrote (and read) it
+            del data["masked"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompactionState:
@@ -120,6 +112,7 @@ class CompactionState:
         values = dict(data)
         summary = values.get("summary")
         values["summary"] = Summary(**summary) if summary else None
+        values["masked"] = tuple(values.get("masked", ()))
         values["progress"] = tuple(ProgressStep(**p) for p in values.get("progress", ()))
         values["records"] = tuple(
             CompactionRecord(**{**r, "references": tuple(r.get("references", ()))})

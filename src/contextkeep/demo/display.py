@@ -44,6 +44,7 @@ class Display:
     """The usage indicator text after the newest call."""
 
     def __call__(self, event: Event) -> None:
+        """Print the event if this display has a handler for its type."""
         handler = getattr(self, "_" + event.type.replace(".", "_"), None)
         if handler is not None:
             handler(event.to_dict())

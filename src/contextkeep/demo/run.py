@@ -127,6 +127,7 @@ async def run_demo(
             runner.events.subscribe(_pause(delay), "context.status", "context.compression.completed")
         turn = await runner.run(agent, conversation_id, task)
         await runner.manager(agent).close()
+        await adapter.client.close()  # its connections belong to this event loop
     finally:
         if server is not None:
             server.stop()

@@ -5,7 +5,7 @@ and raises `ConfigError` naming the extra to install when it is missing.
 """
 
 from contextkeep.models._common import ProviderError
-from contextkeep.models.adapter import ModelAdapter, ModelReply, adapter_spec
+from contextkeep.models.adapter import ModelAdapter, ModelReply, SpecifiedAdapter, adapter_spec
 from contextkeep.models.anthropic import AnthropicAdapter
 from contextkeep.models.litellm import LiteLLMAdapter
 from contextkeep.models.openai import OpenAIAdapter
@@ -18,6 +18,7 @@ __all__ = [
     "ModelReply",
     "OpenAIAdapter",
     "ProviderError",
+    "SpecifiedAdapter",
     "adapter_spec",
     "check_silent_truncation",
     "classify_error",

@@ -1,5 +1,7 @@
-"""What the model adapters share: the optional-SDK error, SDK error mapping, the silent-truncation
-check and tool shapes."""
+"""What the model adapters share.
+
+The optional-SDK error, SDK error mapping, the silent-truncation check and tool shapes.
+"""
 
 from __future__ import annotations
 

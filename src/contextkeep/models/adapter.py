@@ -10,7 +10,7 @@ from contextkeep.capabilities import ModelSpec
 from contextkeep.messages import Message
 from contextkeep.usage import Usage
 
-__all__ = ["ModelAdapter", "ModelReply", "adapter_spec"]
+__all__ = ["ModelAdapter", "ModelReply", "SpecifiedAdapter", "adapter_spec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +33,10 @@ class ModelReply:
 class ModelAdapter(Protocol):
     """Calls one model. Overflow errors are raised as `ContextOverflowError` with their phase.
 
-    A user's adapter should give a `spec` with a stable key; one without it still runs, keyed by
-    its class name with capacity unknown (see :func:`adapter_spec`).
+    A user's adapter should also give a `spec` with a stable key (a :class:`SpecifiedAdapter`,
+    as every built-in adapter is); one without it still runs, keyed by its class name with
+    capacity unknown (see :func:`adapter_spec`).
     """
-
-    @property
-    def spec(self) -> ModelSpec:
-        """Model key and capacity (window and max output `None` when unknown, never guessed)."""
-        ...
 
     async def complete(
         self,
@@ -61,10 +57,20 @@ class ModelAdapter(Protocol):
         ...
 
 
+@runtime_checkable
+class SpecifiedAdapter(ModelAdapter, Protocol):
+    """A model adapter that names its model and what it holds."""
+
+    @property
+    def spec(self) -> ModelSpec:
+        """Model key and capacity (window and max output `None` when unknown, never guessed)."""
+        ...
+
+
 def adapter_spec(adapter: ModelAdapter) -> ModelSpec:
     """The adapter's model spec; without one, its class name keys the model (Agents-Flex's fallback).
 
     The fallback knows no capacity, so no ratio is computed for it (capacity is never guessed).
     """
-    spec = getattr(adapter, "spec", None)
+    spec = adapter.spec if isinstance(adapter, SpecifiedAdapter) else None
     return spec if isinstance(spec, ModelSpec) else ModelSpec(type(adapter).__name__)

@@ -69,6 +69,7 @@ class OffloaderWorkspace(Workspace):
         return self.storage._list(folder)
 
     def locate(self, reference: str) -> str:
+        """Where a reference lives; an offloader's own reference is returned as it is."""
         local = self._aliases.get(reference)
         return reference if local == "" else self.storage.locate(local or reference)
 
@@ -102,12 +103,14 @@ class OffloaderWorkspace(Workspace):
 
     # Reading back.
     async def resolve(self, session_id: str, reference: str) -> str | None:
+        """The session's own reference, else what the offloader resolves it to."""
         own = await super().resolve(session_id, reference)
         if own is not None:
             return own
         return reference if reference in await self._index(session_id) else None
 
     async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
+        """Text behind a reference, read through the offloader's alias when it made one."""
         local = self._aliases.get(reference)
         if local:
             return await super().read(local, offset=offset, limit=limit)

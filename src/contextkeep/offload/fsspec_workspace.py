@@ -32,6 +32,7 @@ class FsspecWorkspace(Workspace):
         self.url = url.rstrip("/")
 
     def locate(self, reference: str) -> str:
+        """The reference's URL under the workspace's root URL."""
         return f"{self.url}/{safe_relative(reference)}"
 
     def _full(self, path: str) -> str:

@@ -55,6 +55,11 @@ class ActionSnapshot:
         extra = {k: v for k, v in payload.items() if k not in names and k not in (*_ASSIGNED, "action")}
         return cls(action, **known, extra=MappingProxyType(extra))
 
+    @classmethod
+    def of(cls, snapshot: ActionSnapshot | str, payload: Mapping[str, Any] | None = None) -> ActionSnapshot:
+        """`snapshot` itself, or the snapshot of action `snapshot` from `payload`'s fields."""
+        return snapshot if isinstance(snapshot, ActionSnapshot) else cls.from_payload(snapshot, payload or {})
+
     def document(self, conv_id: str) -> dict[str, Any]:
         """The file's content without `step` (the workspace numbers it): every field, `None` included."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}

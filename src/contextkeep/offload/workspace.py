@@ -204,6 +204,7 @@ class LocalWorkspace(Workspace):
         self.root = Path(root).resolve()
 
     def locate(self, reference: str) -> str:
+        """The reference's absolute path under the workspace root."""
         return str(self._path(safe_relative(reference)))
 
     def _path(self, relative: str) -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contextkeep.compaction import LayerName
 from contextkeep.replay.metrics import TrajectoryMetrics
 
 __all__ = ["ReportEntry", "render_report", "write_report"]
@@ -20,7 +21,14 @@ __all__ = ["ReportEntry", "render_report", "write_report"]
 logger = logging.getLogger("contextkeep.replay.report")
 
 _W, _H, _PAD = 760, 260, 48
-_LAYER_COLORS = {"L1": "#2a9d8f", "L2": "#e9c46a", "L3": "#f4a261", "L4": "#e63946"}
+_LAYER_COLORS: dict[str, str] = {
+    LayerName.MASK: "#2a9d8f",
+    LayerName.DROP: "#e9c46a",
+    LayerName.SUMMARY: "#f4a261",
+    LayerName.REACTIVE: "#e63946",
+}
+_OTHER_LAYER_COLOR = "#555"
+"""A registered layer of your own."""
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
@@ -114,7 +122,7 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def _section(entry: ReportEntry) -> str:
     m = entry.metrics
     markers = [
-        (i, c.view_tokens, _LAYER_COLORS.get(layer, "#555"), f"call {i}: {layer}")
+        (i, c.view_tokens, _LAYER_COLORS.get(layer, _OTHER_LAYER_COLOR), f"call {i}: {layer}")
         for i, c in enumerate(m.calls)
         for layer in dict.fromkeys(c.layers)
     ]
@@ -134,8 +142,10 @@ def _section(entry: ReportEntry) -> str:
             _Series("raw", "#aaaaaa", _cumulative([c.raw_cost for c in m.calls]), dashed=True),
         ],
     )
+    others = dict.fromkeys(layer for c in m.calls for layer in c.layers if layer not in _LAYER_COLORS)
+    colors = {**_LAYER_COLORS, **dict.fromkeys(others, _OTHER_LAYER_COLOR)}
     legend = " ".join(
-        f'<span style="color:{color}">● {layer}</span>' for layer, color in _LAYER_COLORS.items()
+        f'<span style="color:{color}">● {html.escape(layer)}</span>' for layer, color in colors.items()
     )
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(m.compactions.items())) or "none"
     return (

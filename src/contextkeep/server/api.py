@@ -1,5 +1,7 @@
-"""REST endpoints under `/api`: conversations, status, usage scopes, current view, records, transcript,
-references."""
+"""REST endpoints under `/api`.
+
+Conversations, status, usage scopes, current view, records, transcript, references.
+"""
 
 from __future__ import annotations
 

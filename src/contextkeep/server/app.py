@@ -16,12 +16,14 @@ from fastapi.staticfiles import StaticFiles
 from contextkeep.capabilities import ModelSpec, aresolve_model_spec, resolve_model_spec
 from contextkeep.config import ContextConfig
 from contextkeep.manager import ContextManager
-from contextkeep.server import api, proxy, sse
+from contextkeep.server.api import router as api_router
 from contextkeep.server.auth import BearerAuth, check_binding
 from contextkeep.server.context import ServerContext
 from contextkeep.server.hub import EventHub
 from contextkeep.server.proxy import Proxy
+from contextkeep.server.proxy import router as proxy_router
 from contextkeep.server.reader import Reader
+from contextkeep.server.sse import router as sse_router
 from contextkeep.server.watch import StoreWatcher
 from contextkeep.stores import default_store_url
 
@@ -144,9 +146,9 @@ def create_app(settings: ServerSettings | None = None, *, manager: ContextManage
         lifespan=lifespan,
     )
     app.state.ck = ServerContext(manager, hub, reader, the_proxy)
-    app.include_router(api.router)
-    app.include_router(sse.router)
-    app.include_router(proxy.router)
+    app.include_router(api_router)
+    app.include_router(sse_router)
+    app.include_router(proxy_router)
     app.mount("/", StaticFiles(directory=DASHBOARD, html=True), name="dashboard")
     if settings.token:
         app.add_middleware(BearerAuth, token=settings.token)

@@ -49,6 +49,7 @@ class BearerAuth:
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass HTTP requests that carry the token (header or cookie) on; answer 401 otherwise."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

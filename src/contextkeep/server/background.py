@@ -36,6 +36,7 @@ class ContextServer(uvicorn.Server):
             ck.hub.close()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """End the open event streams first, so the server does not wait on them to stop."""
         self.end_streams()
         super().handle_exit(sig, frame)
 

@@ -1,7 +1,7 @@
 """OpenAI-compatible `POST /v1/chat/completions` that manages each conversation's context.
 
 With an ``X-Conversation-Id`` header the request's ``messages`` are taken as the agent's
-full history: what is new since the stored transcript (see :mod:`contextkeep.server.history`)
+full history: what is new since the stored transcript (see :mod:`contextkeep._continuation`)
 is appended, and `Session.complete` prepares the view (deferred compression included),
 forwards it with the request's other fields, records the reply with its usage, and on an
 upstream overflow compacts and retries (``max_token_limit_recovery_attempts``). Without the
@@ -27,11 +27,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 
+from contextkeep._continuation import new_messages
 from contextkeep.errors import ContextKeepError, ContextOverflowError, StoreError
 from contextkeep.formats.openai import from_openai
 from contextkeep.manager import ContextManager
 from contextkeep.messages import Message
-from contextkeep.server.history import new_messages
 from contextkeep.server.upstream import UpstreamAdapter, upstream_headers
 from contextkeep.server.views import describe_message
 from contextkeep.session import Session
@@ -145,7 +145,7 @@ class Proxy:
         session = self._sessions.get(conversation)
         if session is None:
             agent_id, agent_version = self._agent
-            session = Session(self.manager, conversation, agent_id=agent_id, agent_version=agent_version)
+            session = self.manager.new_session(conversation, agent_id=agent_id, agent_version=agent_version)
             self._sessions[conversation] = session
         await session.load()
         return session

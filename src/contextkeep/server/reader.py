@@ -42,7 +42,9 @@ class Reader:
         entry = self._sessions.get(conversation_id)
         if entry is None:
             agent_id, agent_version = self._agent
-            session = Session(self.manager, conversation_id, agent_id=agent_id, agent_version=agent_version)
+            session = self.manager.new_session(
+                conversation_id, agent_id=agent_id, agent_version=agent_version
+            )
             entry = self._sessions[conversation_id] = (session, asyncio.Lock())
             while len(self._sessions) > _KEPT:
                 self._sessions.popitem(last=False)

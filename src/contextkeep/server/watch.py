@@ -126,7 +126,7 @@ async def _events(session: Session, before: _Seen, now: _Seen) -> list[Event]:
 
 
 def _completed(session: Session) -> ModelCompleted:
-    usage, budget, model = session.usage, session.budget(), session.manager.model
+    usage, budget, model = session.usage, session.budget(), session.model
     numbers = figures(usage, budget.context_window, budget.reserved_output)
     return ModelCompleted(
         conversation_id=session.conversation_id,

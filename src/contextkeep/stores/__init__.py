@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from contextkeep.stores.base import Document, Store
+from contextkeep.stores.base import Document, MigratableStore, NamedStore, Store
 from contextkeep.stores.memory import MemoryStore
 from contextkeep.stores.url import default_store_url, migrate, open_store
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Document",
     "MemoryStore",
+    "MigratableStore",
+    "NamedStore",
     "RedisStore",
     "SQLStore",
     "Store",

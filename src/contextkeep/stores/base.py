@@ -10,8 +10,10 @@ and `save_document` the version it read. A stale expectation returns `False`
 and writes nothing; read-then-blind-write is never done. Any other failure
 raises (:class:`~contextkeep.errors.StoreError` from the built-in stores).
 
-A store may name its backend in a `backend` attribute (`sqlite`, `redis`, ...):
-events and metrics label failed saves with it.
+Two capabilities are optional, each a typed sub-protocol of :class:`Store`: a
+:class:`NamedStore` names its backend (`sqlite`, `redis`, ...), which events and
+metrics label failed saves with; a :class:`MigratableStore` creates or upgrades
+its schema on demand (`contextkeep migrate`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from contextkeep.events import StoreSaveFailed
 from contextkeep.messages import Message
 
-__all__ = ["Document", "Store", "backend_name", "reporting_failure"]
+__all__ = ["Document", "MigratableStore", "NamedStore", "Store", "backend_name", "reporting_failure"]
 
 _T = TypeVar("_T")
 
@@ -95,9 +97,28 @@ class Store(Protocol):
         ...
 
 
+@runtime_checkable
+class NamedStore(Store, Protocol):
+    """A store that names its backend."""
+
+    @property
+    def backend(self) -> str:
+        """`sqlite`, `postgresql`, `mysql`, `redis`, `memory`, ...: labels its failed saves."""
+        ...
+
+
+@runtime_checkable
+class MigratableStore(Store, Protocol):
+    """A store with a schema that can be created or upgraded before instances use it."""
+
+    async def migrate(self) -> int:
+        """Create or upgrade the schema whatever the store's own settings say; the version reached."""
+        ...
+
+
 def backend_name(store: Store) -> str:
-    """`store`'s backend (its `backend` attribute), or its class name for a store without one."""
-    return str(getattr(store, "backend", type(store).__name__))
+    """`store`'s backend (see :class:`NamedStore`), or its class name for a store without one."""
+    return str(store.backend) if isinstance(store, NamedStore) else type(store).__name__
 
 
 async def reporting_failure(

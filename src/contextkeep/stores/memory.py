@@ -30,6 +30,7 @@ class MemoryStore:
     async def append(
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
+        """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
         async with self._lock:
             if len(self._messages.get(conversation_id, ())) != expected_length:
                 return False
@@ -39,13 +40,16 @@ class MemoryStore:
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[Message]:
+        """Messages from position `after` on (at most `limit`), in order."""
         stored = self._messages.get(conversation_id, [])
         return stored[after : None if limit is None else after + limit]
 
     async def count_messages(self, conversation_id: str) -> int:
+        """How many messages the transcript holds."""
         return len(self._messages.get(conversation_id, []))
 
     async def load_document(self, conversation_id: str, kind: str, scope: str = "") -> Document:
+        """The document, or an empty one with version 0."""
         return self._documents.get((conversation_id, kind, scope), Document({}, 0))
 
     async def save_document(
@@ -57,6 +61,7 @@ class MemoryStore:
         expected_version: int,
         scope: str = "",
     ) -> bool:
+        """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
         async with self._lock:
             key = (conversation_id, kind, scope)
             if self._documents.get(key, Document({}, 0)).version != expected_version:
@@ -65,9 +70,11 @@ class MemoryStore:
             return True
 
     async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
+        """The scopes holding a saved document of `kind` for the conversation, sorted."""
         return sorted(scope for (c, k, scope) in self._documents if c == conversation_id and k == kind)
 
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
         async with self._lock:
             now = time.monotonic()
             holder = self._leases.get((conversation_id, name))
@@ -77,13 +84,16 @@ class MemoryStore:
             return True
 
     async def release_lease(self, conversation_id: str, name: str, owner: str) -> None:
+        """Give a lease back (only its owner can)."""
         async with self._lock:
             holder = self._leases.get((conversation_id, name))
             if holder is not None and holder[0] == owner:
                 del self._leases[(conversation_id, name)]
 
     async def list_conversations(self) -> list[str]:
+        """Every conversation id with a transcript."""
         return sorted(self._messages)
 
     async def close(self) -> None:
+        """Nothing to release: the data lives as long as the object."""
         return None

@@ -17,33 +17,25 @@ Built on SQLAlchemy Core with async drivers (`aiosqlite`, `psycopg` 3,
   mechanism for every dialect; PostgreSQL advisory locks would tie a lease to a
   connection, which a pooled async engine cannot keep.
 
-Reads are single statements and run without a transaction (an autocommit pool
-on servers), which saves two round trips each. SQLite allows one writer at a
-time, so writes are queued on an in-process lock (cheaper than SQLite's
-busy-wait) and start with `BEGIN IMMEDIATE` (no deadlock when another process
-writes the same file).
+How each transaction reaches the database (pools, SQLite's single writer,
+retried transient failures) lives beside it, in `_sql_engine.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import random
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contextkeep.errors import ConfigError, StoreError
 from contextkeep.messages import Message, message_from_dict, message_json
+from contextkeep.stores._sql_engine import Database, async_url
 from contextkeep.stores._sql_schema import ID_LENGTH, KIND_LENGTH, make_tables, run_migrations
 from contextkeep.stores.base import Document
 
@@ -55,59 +47,14 @@ _T = TypeVar("_T")
 DEFAULT_TABLE_PREFIX = "ck_"
 """Prefix of every table name unless configured otherwise."""
 
-_ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",
-    "mysql": "mysql+aiomysql",
-    "mariadb": "mysql+aiomysql",
-}
-
-# Milliseconds since the epoch on the database's own clock (leases must not depend on each
-# instance's clock). MySQL's UTC_TIMESTAMP is independent of the session time zone.
-_NOW_MS = {
-    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-    "postgresql": "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)",
-    "mysql": "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)",
-}
-
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 """Table prefixes: a plain identifier short enough for every dialect's name limit."""
-
-_ATTEMPTS = 4
-"""Tries for a transaction that failed transiently (deadlock victim, serialization failure)."""
-
-
-def async_url(url: str | sa.URL) -> sa.URL:
-    """`url` with its async driver: `postgresql://` → `postgresql+psycopg://`, and so on.
-
-    MySQL/MariaDB URLs also get `charset=utf8mb4` so every code point survives.
-    """
-    parsed = sa.make_url(url)
-    parsed = parsed.set(drivername=_ASYNC_DRIVERS.get(parsed.drivername, parsed.drivername))
-    if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
-        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    return parsed
 
 
 def _dumps(value: Any) -> str:
     # Compact and non-ASCII kept: smaller rows; control characters are still escaped,
     # so a NUL in a message cannot upset PostgreSQL's TEXT.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _transient(exc: sa.exc.DBAPIError, *, write: bool) -> bool:
-    """A failure after which the same transaction may be retried safely and may succeed."""
-    if exc.connection_invalidated:
-        # A dropped connection may have lost the reply to a COMMIT: only reads are safe to repeat.
-        return not write
-    orig = exc.orig
-    if getattr(orig, "sqlstate", None) in ("40001", "40P01"):  # PostgreSQL serialization / deadlock
-        return True
-    args = getattr(orig, "args", ())
-    if args and args[0] in (1205, 1213):  # MySQL lock wait timeout / deadlock
-        return True
-    return "database is locked" in str(orig)
 
 
 def _check_length(what: str, value: str, limit: int) -> None:
@@ -139,45 +86,21 @@ class SQLStore:
         default = table_prefix == DEFAULT_TABLE_PREFIX
         shown = given if default else given.update_query_dict({"table_prefix": table_prefix})
         self._display = shown.render_as_string(hide_password=True)
-        self._url = async_url(given)
+        self._db = Database(given, self._display)
         self._tables = make_tables(table_prefix)
         self._auto_migrate = auto_migrate
-        self._dialect = "mysql" if self._url.get_backend_name() == "mariadb" else self._url.get_backend_name()
-        self._sqlite_file: Path | None = None
-        self._memory = False
-        kwargs: dict[str, Any] = {}
-        if self._dialect == "sqlite":
-            database = self._url.database or ""
-            self._memory = database in ("", ":memory:")
-            if self._memory:
-                kwargs["poolclass"] = StaticPool  # one connection is the whole database
-            else:
-                self._sqlite_file = Path(database)
-        self._engine = create_async_engine(self._url, pool_pre_ping=self._dialect != "sqlite", **kwargs)
-        self._writer = self._engine.execution_options(contextkeep_write=True)
-        # Every read is one statement, so it needs no transaction: a separate autocommit pool
-        # saves the BEGIN/COMMIT round trips (SQLite reads simply skip BEGIN).
-        self._reader = (
-            self._engine
-            if self._dialect == "sqlite"
-            else create_async_engine(self._url, isolation_level="AUTOCOMMIT", **kwargs)
-        )
-        # SQLite: one writer at a time (and one connection in all for an in-memory database).
-        self._sqlite_lock = asyncio.Lock() if self._dialect == "sqlite" else None
-        if self._dialect == "sqlite":
-            _configure_sqlite(self._engine, wal=not self._memory)
         self._init_lock = asyncio.Lock()
         self._version: int | None = None
 
     @property
     def engine(self) -> AsyncEngine:
         """The SQLAlchemy engine (for tools and tests)."""
-        return self._engine
+        return self._db.engine
 
     @property
     def backend(self) -> str:
         """`sqlite`, `postgresql` or `mysql` (MySQL and MariaDB): labels failed saves."""
-        return self._dialect
+        return self._db.dialect
 
     @property
     def table_prefix(self) -> str:
@@ -306,7 +229,7 @@ class SQLStore:
         for what, value in (("conversation id", conversation_id), ("lease name", name), ("owner", owner)):
             _check_length(what, value, ID_LENGTH)
         table = self._tables.leases
-        now = sa.literal_column(_NOW_MS[self._dialect], sa.BigInteger)
+        now = self._db.now_ms()
         until = now + sa.bindparam("ttl", ttl_ms, sa.BigInteger)
         key = (table.c.conversation_id == conversation_id, table.c.name == name)
 
@@ -349,8 +272,7 @@ class SQLStore:
 
     async def close(self) -> None:
         """Release connections."""
-        await self._engine.dispose()
-        await self._reader.dispose()
+        await self._db.dispose()
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -368,17 +290,17 @@ class SQLStore:
             await conn.run_sync(metadata.drop_all, checkfirst=True)
 
         async with self._init_lock:
-            await self._attempt("drop_tables", work, write=True)
+            await self._db.run("drop_tables", work, write=True)
             self._version = None
 
     async def _migrate(self, *, upgrade: bool) -> int:
-        if self._sqlite_file is not None:
-            self._sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+        if self._db.sqlite_file is not None:
+            self._db.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
 
         async def work(conn: AsyncConnection) -> int:
             return await run_migrations(conn, self._tables, upgrade=upgrade, store=self._display)
 
-        version = await self._attempt("migrate", work, write=True)
+        version = await self._db.run("migrate", work, write=True)
         _log.debug("store %s at schema version %d", self._display, version)
         return version
 
@@ -408,50 +330,4 @@ class SQLStore:
         self, op: str, work: Callable[[AsyncConnection], Awaitable[_T]], *, write: bool
     ) -> _T:
         await self._ready()
-        return await self._attempt(op, work, write=write)
-
-    async def _attempt(self, op: str, work: Callable[[AsyncConnection], Awaitable[_T]], *, write: bool) -> _T:
-        """Run `work` in one transaction, retrying transient failures; errors become StoreError."""
-        engine = self._writer if write else self._reader
-        for attempt in range(1, _ATTEMPTS + 1):
-            try:
-                async with self._guard(write), engine.begin() as conn:
-                    return await work(conn)
-            except sa.exc.IntegrityError:
-                raise  # a CAS outcome, not a failure
-            except sa.exc.DBAPIError as exc:
-                if attempt == _ATTEMPTS or not _transient(exc, write=write):
-                    raise StoreError(f"{op} failed on {self._display}: {exc.orig!r}") from exc
-                _log.warning(
-                    "%s on %s failed transiently (%r); retry %d", op, self._display, exc.orig, attempt
-                )
-                await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)  # de-synchronise the retriers
-            except (sa.exc.SQLAlchemyError, OSError) as exc:
-                raise StoreError(f"{op} failed on {self._display}: {exc!r}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _guard(self, write: bool) -> AbstractAsyncContextManager[Any]:
-        if self._sqlite_lock is not None and (write or self._memory):
-            return self._sqlite_lock
-        return contextlib.nullcontext()
-
-
-def _configure_sqlite(engine: AsyncEngine, *, wal: bool) -> None:
-    """Let the store issue BEGIN itself (IMMEDIATE for writes), and wait rather than fail on a lock."""
-
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # the driver must not BEGIN on its own
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout = 10000")
-        if wal:  # readers do not block the writer; NORMAL is WAL's crash-safe sync level
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-
-    def on_begin(conn: sa.Connection) -> None:
-        # Writes take the write lock up front; reads are single statements, atomic without BEGIN.
-        if conn.get_execution_options().get("contextkeep_write", False):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    event.listen(engine.sync_engine, "connect", on_connect)
-    event.listen(engine.sync_engine, "begin", on_begin)
+        return await self._db.run(op, work, write=write)

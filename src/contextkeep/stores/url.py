@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from contextkeep.errors import ConfigError
-from contextkeep.stores.base import Store
+from contextkeep.stores.base import MigratableStore, Store
 
 __all__ = ["SCHEMES", "default_store_url", "migrate", "open_store"]
 
@@ -96,8 +96,7 @@ async def migrate(url: str) -> int:
     """
     store = open_store(url)
     try:
-        run = getattr(store, "migrate", None)
-        return 0 if run is None else int(await run())
+        return await store.migrate() if isinstance(store, MigratableStore) else 0
     finally:
         await store.close()
 

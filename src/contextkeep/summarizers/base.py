@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from contextkeep.config import ContextConfig
 from contextkeep.messages import Message
 from contextkeep.tokens import TokenCounter
 
-if TYPE_CHECKING:  # the compaction package imports this module
-    from contextkeep.compaction.state import Summary
-
-__all__ = ["DEFAULT_SUMMARY_FIELDS", "Summarizer", "SummaryRequest", "SummaryResult"]
+__all__ = ["DEFAULT_SUMMARY_FIELDS", "Summarizer", "Summary", "SummaryRequest", "SummaryResult"]
 
 DEFAULT_SUMMARY_FIELDS = (
     "task_overview",
@@ -23,6 +20,22 @@ DEFAULT_SUMMARY_FIELDS = (
     "context_to_preserve",
 )
 """AgentScope's five summary fields, the default structure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summary of the transcript before `cursor` (the compaction state holds the current one)."""
+
+    text: str
+    """Rendered summary text (what goes into the summary slot)."""
+    cursor: int
+    """Transcript messages before this index are covered."""
+    data: Mapping[str, Any] | None = None
+    """The structured fields, when the summariser produced them."""
+    method: str = "extractive"
+    """`llm` or `extractive`."""
+    reference: str = ""
+    """Where every message the summary replaced can be read in full."""
 
 
 @dataclass(frozen=True, slots=True)

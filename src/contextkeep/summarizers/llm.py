@@ -129,8 +129,11 @@ class LLMSummarizer:
     def __init__(
         self, adapter: ModelAdapter, *, max_input_tokens: int | None = None, timeout: float | None = None
     ) -> None:
-        """`max_input_tokens` bounds the new messages sent per call (default: from the model's window,
-        no chunking when unknown); `timeout` bounds each model call in seconds."""
+        """Summarise through `adapter`.
+
+        `max_input_tokens` bounds the new messages sent per call (default: from the model's window,
+        no chunking when unknown); `timeout` bounds each model call in seconds.
+        """
         self.adapter = adapter
         self.max_input_tokens = max_input_tokens
         self.timeout = timeout

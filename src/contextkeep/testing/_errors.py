@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
     "ErrorResponse",
+    "Fault",
     "OverflowFormat",
     "Provider",
     "invalid_request",
@@ -55,8 +58,10 @@ def overflow_error(
     total: bool,
     request_id: str,
 ) -> ErrorResponse | None:
-    """The provider's answer to a prompt over the window (`total=False`) or to prompt plus
-    `max_tokens` over it (`total=True`); None where the provider does not reject (Ollama)."""
+    """The provider's answer to a request over the window; None where the provider does not reject (Ollama).
+
+    `total=False`: the prompt alone is over the window; `total=True`: the prompt plus `max_tokens` is.
+    """
     completion = max_tokens or 0
     if fmt == "openai":
         message = (
@@ -112,3 +117,23 @@ def invalid_request(provider: Provider, message: str, status: int = 400) -> Erro
         kind = "not_found_error" if status == 404 else "invalid_request_error"
         return status, _anthropic_body(message, kind)
     return status, _openai_body(message)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An error a test queued for the next model call (`FakeLLMServer.fail_next`)."""
+
+    status: int
+    """HTTP status code."""
+    body: Mapping[str, Any] | str | None
+    """The body to send; None: the provider's server error (5xx) or a generic invalid request."""
+    headers: Mapping[str, str]
+    """Extra response headers."""
+
+    def error(self, provider: Provider) -> ErrorResponse:
+        """The status and body, in `provider`'s shape when no body was given."""
+        if self.body is not None:
+            return self.status, self.body
+        if self.status >= 500:
+            return self.status, server_error(provider)[1]
+        return invalid_request(provider, f"injected fault {self.status}", self.status)

@@ -13,6 +13,8 @@ __all__ = [
     "SSEEvent",
     "anthropic_events",
     "anthropic_message",
+    "model_list",
+    "ollama_show",
     "openai_chunks",
     "openai_completion",
 ]
@@ -160,3 +162,20 @@ def anthropic_events(c: Completion) -> Iterator[SSEEvent]:
     usage = {"output_tokens": c.completion_tokens}
     yield "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
     yield "message_stop", {"type": "message_stop"}
+
+
+def model_list(model: str, window: int) -> dict[str, Any]:
+    """`GET /v1/models` as vLLM answers it: the one model, with its `max_model_len`."""
+    entry = {"id": model, "object": "model", "created": CREATED, "owned_by": "contextkeep"}
+    entry |= {"root": model, "parent": None, "max_model_len": window}
+    return {"object": "list", "data": [entry]}
+
+
+def ollama_show(architecture: str, window: int) -> dict[str, Any]:
+    """`POST /api/show` as Ollama answers it: the window as `num_ctx` and `<architecture>.context_length`."""
+    return {
+        "parameters": f"num_ctx {window}",
+        "details": {"format": "gguf", "family": architecture},
+        "model_info": {"general.architecture": architecture, f"{architecture}.context_length": window},
+        "capabilities": ["completion", "tools"],
+    }

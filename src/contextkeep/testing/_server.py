@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Self, get_args
 
 from contextkeep.errors import ConfigError
 from contextkeep.testing._errors import (
+    Fault,
     OverflowFormat,
     Provider,
     invalid_request,
@@ -19,9 +19,10 @@ from contextkeep.testing._errors import (
 )
 from contextkeep.testing._http import HTTPResponse, ThreadedServer
 from contextkeep.testing._render import (
-    CREATED,
     anthropic_events,
     anthropic_message,
+    model_list,
+    ollama_show,
     openai_chunks,
     openai_completion,
 )
@@ -40,7 +41,7 @@ from contextkeep.testing._summary import (
     is_summary_request,
     summary_reply,
 )
-from contextkeep.testing._tokens import count_text, default_counter, truncate_text
+from contextkeep.testing._tokens import count_output, default_counter, truncate_output
 from contextkeep.tokens.encoders import Encoder
 
 __all__ = ["Counter", "FakeLLMServer", "RecordedRequest"]
@@ -64,21 +65,6 @@ class RecordedRequest(NamedTuple):
     """Parsed JSON body; None when there was none (GET), the text when it was not JSON."""
     headers: Mapping[str, str]
     """Request headers, names lower-cased."""
-
-
-@dataclass(frozen=True)
-class _Fault:
-    status: int
-    body: Mapping[str, Any] | str | None
-    headers: Mapping[str, str]
-
-    def response(self, provider: Provider) -> HTTPResponse:
-        if self.body is not None:
-            return HTTPResponse(self.status, self.body, headers=self.headers)
-        if self.status >= 500:
-            return HTTPResponse(self.status, server_error(provider)[1], headers=self.headers)
-        status, body = invalid_request(provider, f"injected fault {self.status}", self.status)
-        return HTTPResponse(status, body, headers=self.headers)
 
 
 def _check_choice(key: str, value: Any, allowed: Any) -> None:
@@ -157,7 +143,7 @@ class FakeLLMServer:
         self._thread: threading.Thread | None = None
         self._requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
-        self._faults: deque[_Fault] = deque()
+        self._faults: deque[Fault] = deque()
         self._summary_faults: deque[SummaryFailure] = deque()
         self._responses = self._tool_calls = 0
         self.enqueue(*replies)
@@ -238,7 +224,7 @@ class FakeLLMServer:
         Several calls queue several faults.
         """
         with self._lock:
-            self._faults.append(_Fault(status, body, dict(headers or {})))
+            self._faults.append(Fault(status, body, dict(headers or {})))
 
     def fail_next_summaries(self, kind: SummaryFailure, count: int = 1) -> None:
         """Make the next `count` summary requests fail with `kind` (before `summary_failure`)."""
@@ -275,28 +261,14 @@ class FakeLLMServer:
         if route == ("POST", "/v1/messages"):
             return self._model_call(body, "anthropic")
         if route == ("GET", "/v1/models"):
-            return HTTPResponse(200, self._models())
+            return HTTPResponse(200, model_list(self.model, self.context_window))
         if route == ("POST", "/api/show"):
             asked = body.get("model") or body.get("name") if isinstance(body, Mapping) else None
             if asked not in (None, self.model):  # Ollama answers 404 for a model it does not have
                 return HTTPResponse(404, {"error": f"model '{asked}' not found"})
-            return HTTPResponse(200, self._show())
+            return HTTPResponse(200, ollama_show(self.architecture, self.context_window))
         provider: Provider = "anthropic" if "anthropic-version" in headers else "openai"
         return HTTPResponse(*invalid_request(provider, f"Unknown route {method} {path}", 404))
-
-    def _models(self) -> dict[str, Any]:
-        entry = {"id": self.model, "object": "model", "created": CREATED, "owned_by": "contextkeep"}
-        entry |= {"root": self.model, "parent": None, "max_model_len": self.context_window}
-        return {"object": "list", "data": [entry]}
-
-    def _show(self) -> dict[str, Any]:
-        arch, window = self.architecture, self.context_window
-        return {
-            "parameters": f"num_ctx {window}",
-            "details": {"format": "gguf", "family": arch},
-            "model_info": {"general.architecture": arch, f"{arch}.context_length": window},
-            "capabilities": ["completion", "tools"],
-        }
 
     def _model_call(self, body: Any, provider: Provider) -> HTTPResponse:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -304,7 +276,7 @@ class FakeLLMServer:
         with self._lock:
             fault = self._faults.popleft() if self._faults else None
         if fault is not None:
-            return fault.response(provider)
+            return HTTPResponse(*fault.error(provider), headers=fault.headers)
         prompt = self.counter(body)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         rejected = self._check_window(
@@ -370,27 +342,15 @@ class FakeLLMServer:
             return self.summary_responder(body)
         return summary_reply(body, self.summary_marker)
 
-    def _count_text(self, text: str) -> int:
-        return self.encoder.count(text) if self.encoder is not None else count_text(text)
-
-    def _truncate(self, text: str, max_tokens: int) -> str:
-        if self.encoder is None:
-            return truncate_text(text, max_tokens)
-        low, high = 0, len(text)  # the longest prefix within max_tokens
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if self.encoder.count(text[:mid]) <= max_tokens else (low, mid - 1)
-        return text[:low]
-
     def _complete(
         self, body: Mapping[str, Any], reply: Reply, prompt: int, max_tokens: int | None
     ) -> Completion:
         parts = [reply.text, reply.reasoning or "", *(t.arguments_json() for t in reply.tool_calls)]
-        tokens = sum(self._count_text(part) for part in parts if part)
+        tokens = sum(count_output(part, self.encoder) for part in parts if part)
         truncated = max_tokens is not None and tokens > max_tokens
         if truncated and max_tokens is not None:
             # Providers cut the output at max_tokens; a half-written tool call is not kept.
-            reply, tokens = Reply(text=self._truncate(reply.text, max_tokens)), max_tokens
+            reply, tokens = Reply(text=truncate_output(reply.text, max_tokens, self.encoder)), max_tokens
         with self._lock:
             self._responses += 1
             number, first_tool = self._responses, self._tool_calls + 1

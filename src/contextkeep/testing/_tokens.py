@@ -1,7 +1,8 @@
 """Default prompt counting: tiktoken ``o200k_base`` over a plain rendering of the request body.
 
 The figure only has to be a real, stable token count (not any provider's exact one), so both
-OpenAI and Anthropic bodies are flattened into text the same way.
+OpenAI and Anthropic bodies are flattened into text the same way. Replies are counted (and cut
+at `max_tokens`) with the server's encoder when it has one, else in ``o200k_base`` too.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from typing import Any
 
 import tiktoken
 
+from contextkeep.tokens.encoders import Encoder
+
 __all__ = [
     "MESSAGE_FRAMING_TOKENS",
     "content_text",
+    "count_output",
     "count_text",
     "default_counter",
+    "truncate_output",
     "truncate_text",
 ]
 
@@ -42,6 +47,22 @@ def count_text(text: str) -> int:
 def truncate_text(text: str, max_tokens: int) -> str:
     """The longest prefix of `text` that fits in `max_tokens` tokens."""
     return str(_encoding().decode(_encoding().encode(text, disallowed_special=())[:max_tokens]))
+
+
+def count_output(text: str, encoder: Encoder | None) -> int:
+    """Tokens of reply `text` in `encoder`, or in ``o200k_base`` without one."""
+    return encoder.count(text) if encoder is not None else count_text(text)
+
+
+def truncate_output(text: str, max_tokens: int, encoder: Encoder | None) -> str:
+    """The longest prefix of reply `text` within `max_tokens` tokens of `encoder` (else ``o200k_base``)."""
+    if encoder is None:
+        return truncate_text(text, max_tokens)
+    low, high = 0, len(text)  # binary search: an encoder need not decode
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if encoder.count(text[:mid]) <= max_tokens else (low, mid - 1)
+    return text[:low]
 
 
 def content_text(content: Any) -> str:

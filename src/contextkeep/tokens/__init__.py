@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from contextkeep.errors import TokenizerError
 from contextkeep.tokens.calibration import CalibratedCounter, CalibratingCounter
-from contextkeep.tokens.counter import CountSource, PromptCounter, TokenCounter
+from contextkeep.tokens.counter import CountSource, IncrementalCounter, PromptCounter, TokenCounter
 from contextkeep.tokens.encoders import (
     Encoder,
     HeuristicEncoder,
@@ -36,6 +36,7 @@ __all__ = [
     "Framing",
     "HFEncoder",
     "HeuristicEncoder",
+    "IncrementalCounter",
     "OpenAIFraming",
     "PieceEncoder",
     "PlainFraming",

@@ -72,24 +72,11 @@ def translate(pattern: str) -> str | None:
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
-            prop = _PROPERTY.match(pattern, i)
-            if prop is not None:
-                negated, body = prop.group(1) == "P", _category_ranges(prop.group(2))
-                if in_class and negated:
-                    return None  # a negated property inside a class has no range form
-                out.append(body if in_class else f"[{'^' if negated else ''}{body}]")
-                i = prop.end()
-                continue
-            nxt = pattern[i + 1 : i + 2]
-            if nxt in ("s", "S"):
-                if in_class and nxt == "S":
-                    return None
-                out.append(_WHITE_SPACE if in_class else f"[{'^' if nxt == 'S' else ''}{_WHITE_SPACE}]")
-            elif nxt and nxt in _ESCAPES:
-                out.append(pattern[i : i + 2])
-            else:
-                return None  # \d, \w, \b, \h, \x.., script classes...: not translated
-            i += 2
+            escape = _escape(pattern, i, in_class)
+            if escape is None:
+                return None
+            text, i = escape
+            out.append(text)
             continue
         if (
             c == "("
@@ -100,13 +87,8 @@ def translate(pattern: str) -> str | None:
             return None  # inline flags: case folding differs between the engines
         if c == "[" and not in_class:
             in_class = True
-            out.append(c)
-            if pattern[i + 1 : i + 2] == "^":
-                out.append("^")
-                i += 1
-            if pattern[i + 1 : i + 2] == "]":  # a leading ']' is literal
-                out.append(r"\]")
-                i += 1
+            text, i = _class_opening(pattern, i)
+            out.append(text)
         elif c == "[":
             return None  # nested classes and set operations
         elif c == "]" and in_class:
@@ -122,3 +104,33 @@ def translate(pattern: str) -> str | None:
     except re.error:
         return None
     return "".join(out)
+
+
+def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int] | None:
+    """The `re` form of the escape at `pattern[i]` and the index after it; None if untranslatable."""
+    prop = _PROPERTY.match(pattern, i)
+    if prop is not None:
+        negated, body = prop.group(1) == "P", _category_ranges(prop.group(2))
+        if in_class and negated:
+            return None  # a negated property inside a class has no range form
+        return (body if in_class else f"[{'^' if negated else ''}{body}]"), prop.end()
+    nxt = pattern[i + 1 : i + 2]
+    if nxt in ("s", "S"):
+        if in_class and nxt == "S":
+            return None
+        return (_WHITE_SPACE if in_class else f"[{'^' if nxt == 'S' else ''}{_WHITE_SPACE}]"), i + 2
+    if nxt and nxt in _ESCAPES:
+        return pattern[i : i + 2], i + 2
+    return None  # \d, \w, \b, \h, \x.., script classes...: not translated
+
+
+def _class_opening(pattern: str, i: int) -> tuple[str, int]:
+    """The class opening at `pattern[i]` (`[`, `[^`, with a literal leading `]`); the index it ends at."""
+    text = "["
+    if pattern[i + 1 : i + 2] == "^":
+        text += "^"
+        i += 1
+    if pattern[i + 1 : i + 2] == "]":  # a leading ']' is literal
+        text += r"\]"
+        i += 1
+    return text, i

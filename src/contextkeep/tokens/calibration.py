@@ -84,6 +84,7 @@ class CalibratedCounter(PromptCounter):
 
     @property
     def source(self) -> CountSource:
+        """Always an estimate: the ratio is learned, not exact."""
         return CountSource.ESTIMATE
 
     def observe(self, prompt: Sequence[Message], tools: Tools | None, confirmed_prompt_tokens: int) -> None:
@@ -102,12 +103,15 @@ class CalibratedCounter(PromptCounter):
         return round(raw * self.ratio)
 
     def count_text(self, text: str) -> int:
+        """Tokens of `text`, scaled by the learned ratio."""
         return self.scale(super().count_text(text))
 
     def count_message(self, message: Message) -> int:
+        """Tokens of one message with its framing, scaled by the learned ratio."""
         return self.scale(super().count_message(message))
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
+        """The confirmed count of the anchored prefix plus the scaled rest, else the scaled count."""
         raw = super().count_prompt(messages, tools)
         anchor = self._anchor
         if anchor is not None and self._last.keys[: len(anchor.keys)] == anchor.keys:

@@ -19,7 +19,7 @@ from contextkeep.messages import Message
 from contextkeep.tokens.encoders import Encoder
 from contextkeep.tokens.framing import FoldState, Framing, Tools
 
-__all__ = ["CountSource", "PromptCounter", "TokenCounter"]
+__all__ = ["CountSource", "IncrementalCounter", "PromptCounter", "TokenCounter"]
 
 
 class CountSource(enum.StrEnum):
@@ -60,6 +60,23 @@ class TokenCounter(Protocol):
         ...
 
 
+@runtime_checkable
+class IncrementalCounter(TokenCounter, Protocol):
+    """A counter that remembers the prompt it counted last, message by message.
+
+    A compaction pass that has just counted a view reads its per-round tokens from
+    here instead of counting each message again.
+    """
+
+    def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
+        """Cumulative message tokens (no tools) of `messages`, if they were counted last.
+
+        Entry i covers messages 0..i. Only the very sequence object counted last has them;
+        for any other, None.
+        """
+        ...
+
+
 @dataclass(slots=True)
 class _Prompt:
     """The last prompt counted, one entry per message (parallel lists: runs are copied in bulk)."""
@@ -83,7 +100,7 @@ _REMEMBERED_TEXT = 4096
 
 
 class PromptCounter:
-    """A cached, incremental :class:`TokenCounter` built from an encoder and a framing."""
+    """A cached :class:`IncrementalCounter` built from an encoder and a framing."""
 
     def __init__(self, encoder: Encoder, framing: Framing, *, cache_size: int = 65_536) -> None:
         self.encoder = encoder
@@ -109,13 +126,16 @@ class PromptCounter:
 
     @property
     def id(self) -> str:
+        """`encoder/framing`: identifies the counts this counter makes."""
         return f"{self.encoder.name}/{self.framing.name}"
 
     @property
     def source(self) -> CountSource:
+        """A local tokenizer's count when the encoder is exact, an estimate otherwise."""
         return CountSource.LOCAL_TOKENIZER if self.encoder.exact else CountSource.ESTIMATE
 
     def count_text(self, text: str) -> int:
+        """Tokens of `text` (long texts are remembered: a tool result is counted more than once)."""
         if len(text) < _REMEMBERED_TEXT:
             return self.encoder.count(text)
         # A long tool result is counted for layer 0 and again for its event: encode it once.
@@ -127,6 +147,7 @@ class PromptCounter:
         return n
 
     def count_message(self, message: Message) -> int:
+        """Tokens of one message with its framing, as if it opened a prompt."""
         context, _ = self.framing.step(message, FoldState(), has_tools=False)
         return self._message(message, context, True)
 
@@ -141,6 +162,7 @@ class PromptCounter:
         return self._tools_text[1]
 
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
+        """Tokens of a whole prompt; the prefix shared with the last count is not encoded again."""
         has_tools = bool(tools)
         old = self._last if has_tools == self._last_has_tools else _Prompt()
         reuse = self._reusable_prefix(messages, old)
@@ -193,8 +215,10 @@ class PromptCounter:
         return total + self.count_tools(tools)
 
     def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
-        """Cumulative message tokens (no tools) of `messages`, entry i covering 0..i, if they are the
-        very sequence counted last (the same object); None otherwise."""
+        """Cumulative message tokens (no tools) of `messages` if they are the very sequence counted last.
+
+        Entry i covers messages 0..i; None unless `messages` is the same object as the one counted last.
+        """
         return list(self._last.totals) if messages is self._last_counted else None
 
     def _remember(self, prompt: _Prompt, messages: Sequence[Message]) -> None:

@@ -89,6 +89,7 @@ class TiktokenEncoder:
         return cls(encoding_for_model(model))
 
     def count(self, text: str) -> int:
+        """Tokens in `text`, special tokens read as ordinary text."""
         return len(self._enc.encode_ordinary(text))  # type: ignore[attr-defined]
 
 
@@ -113,6 +114,7 @@ class HFEncoder:
         return self._pieces is not None
 
     def count(self, text: str) -> int:
+        """Tokens in `text`: the native pre-tokenizer when it can follow the pipeline, else `tokenizers`."""
         if self._pieces is not None:
             n = self._pieces.count(text)
             if n is not None:
@@ -136,6 +138,7 @@ class HeuristicEncoder:
         self.name = f"heuristic:{chars_per_token:g}{':cjk' if cjk_aware else ''}"
 
     def count(self, text: str) -> int:
+        """An estimate of the tokens in `text` from its characters (ASCII and others weighed apart)."""
         if not text:
             return 0
         # ASCII fast path: most agent traffic is code and logs.
@@ -167,4 +170,5 @@ class PieceEncoder:
     name = "pieces"
 
     def count(self, text: str) -> int:
+        """An estimate from the number of word and symbol pieces in `text`."""
         return round(len(_PIECE.findall(text)) * _TOKENS_PER_PIECE)

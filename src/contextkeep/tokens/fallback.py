@@ -59,9 +59,11 @@ class FallbackEncoder:
 
     @property
     def exact(self) -> bool:
+        """Exact while the wrapped encoder is and no text had to be estimated."""
         return self.encoder.exact and not self.estimated
 
     def count(self, text: str) -> int:
+        """The wrapped encoder's count, or the heuristic's for a text it fails on."""
         try:
             return self.encoder.count(text)
         except Exception as exc:  # a third-party tokenizer may raise anything on odd input

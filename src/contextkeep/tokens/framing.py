@@ -97,13 +97,16 @@ class PlainFraming:
     turn_sensitive = False
 
     def step(self, message: Message, state: FoldState, *, has_tools: bool) -> tuple[Hashable, FoldState]:
+        """No context: plain text renders the same wherever it stands."""
         return None, _advance(message, state)
 
     def render(self, message: Message, context: Hashable, *, in_last_turn: bool) -> tuple[str, int]:
+        """The text and each tool call's name and arguments, with no framing tokens."""
         calls = "".join(f"\n{c.name} {c.arguments}" for c in message.tool_calls)
         return message.text + calls, 0
 
     def fixed(self, tools: Tools | None) -> tuple[str, int]:
+        """The tool definitions as JSON, with no constant tokens."""
         return ("\n".join(_json(_tool_function(t)) for t in tools) if tools else ""), 0
 
 
@@ -118,9 +121,11 @@ class OpenAIFraming:
     reply_priming = 3
 
     def step(self, message: Message, state: FoldState, *, has_tools: bool) -> tuple[Hashable, FoldState]:
+        """No context: OpenAI's chat format renders each message the same wherever it stands."""
         return None, _advance(message, state)
 
     def render(self, message: Message, context: Hashable, *, in_last_turn: bool) -> tuple[str, int]:
+        """Role, text and tool calls, plus the per-message (and per-name) tokens."""
         text = message.role + message.text
         extra = self.per_message + (self.per_name if message.name else 0)
         for c in message.tool_calls:
@@ -129,6 +134,7 @@ class OpenAIFraming:
         return text, extra
 
     def fixed(self, tools: Tools | None) -> tuple[str, int]:
+        """Tool definitions as OpenAI's TypeScript namespace, and the reply priming tokens."""
         if not tools:
             return "", self.reply_priming
         return _typescript_namespace(tools), self.reply_priming + 9
@@ -184,9 +190,11 @@ class AnthropicFraming:
     tools_overhead = 340  # the tool-use system prompt Anthropic documents for tool-enabled requests
 
     def step(self, message: Message, state: FoldState, *, has_tools: bool) -> tuple[Hashable, FoldState]:
+        """No context: each message renders the same wherever it stands."""
         return None, _advance(message, state)
 
     def render(self, message: Message, context: Hashable, *, in_last_turn: bool) -> tuple[str, int]:
+        """Text, reasoning and tool calls, plus the per-message tokens."""
         text = message.text + (message.reasoning or "")
         extra = self.per_message
         for c in message.tool_calls:
@@ -195,6 +203,7 @@ class AnthropicFraming:
         return text, extra
 
     def fixed(self, tools: Tools | None) -> tuple[str, int]:
+        """Tool definitions as JSON and their overhead."""
         if not tools:
             return "", 0
         return "\n".join(_json(_tool_function(t)) for t in tools), self.tools_overhead
@@ -254,12 +263,14 @@ class DeepSeekFraming:
         self.turn_sensitive = thinking
 
     def step(self, message: Message, state: FoldState, *, has_tools: bool) -> tuple[Hashable, FoldState]:
+        """Whether a tool result opens or closes its run of results (the template wraps the run)."""
         nxt = _advance(message, state)
         first = message.role == "tool" and state.prev_role != "tool"
         last = message.role == "tool" and nxt.results >= state.calls
         return _DeepSeekContext(has_tools and message.role == "system", first, last), nxt
 
     def render(self, message: Message, context: Hashable, *, in_last_turn: bool) -> tuple[str, int]:
+        """The text as DeepSeek's chat template renders it (thinking only in the last turn)."""
         assert isinstance(context, _DeepSeekContext)
         think = self.thinking and in_last_turn
         opener = _THINK if think else _END_THINK
@@ -278,6 +289,7 @@ class DeepSeekFraming:
         return text, 0
 
     def fixed(self, tools: Tools | None) -> tuple[str, int]:
+        """The BOS token, and the tool definitions as the template lists them."""
         if not tools:
             return _BOS, 0
         schemas = "\n".join(_json(_tool_function(t)) for t in tools)

@@ -1,0 +1,53 @@
+"""Counting ahead: token counts done while the caller is busy, not while it waits.
+
+Counts are cached and pure, so when this work runs changes nothing but speed: after an append
+(the caller is running the tools a model asked for) the new messages are counted; after a
+prepare (the model call is in flight) the masked previews a later pass may show are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from contextkeep.tokens import PromptCounter
+
+__all__ = ["CountAhead"]
+
+logger = logging.getLogger("contextkeep.session")
+
+Tools = Sequence[Mapping[str, Any]] | None
+
+
+class CountAhead:
+    """Schedules one conversation's counting on the running loop, off the hot path."""
+
+    def __init__(
+        self, counter: PromptCounter, measure: Callable[[Tools], object], conversation_id: str
+    ) -> None:
+        self.counter = counter
+        """The session's counter."""
+        self.measure = measure
+        """Builds and counts the current view with the given tools."""
+        self.conversation_id = conversation_id
+        """Whose counts they are (for the log)."""
+
+    def after_append(self, tools: Tools) -> None:
+        """Count what was just added; the next `prepare` then only checks the counts.
+
+        When the `prepare` comes first, this finds nothing left to count.
+        """
+        asyncio.get_running_loop().call_soon(self._count, tools)
+
+    def after_prepare(self) -> None:
+        """Count masked previews ahead (when masking is on) while the caller waits for the model."""
+        if self.counter.stand_in is not None:
+            asyncio.get_running_loop().call_soon(self.counter.warm)
+
+    def _count(self, tools: Tools) -> None:
+        try:
+            self.measure(tools)
+        except Exception:  # the same error reaches the caller from prepare(), which can act on it
+            logger.debug("%s: counting ahead failed", self.conversation_id, exc_info=True)

@@ -1,0 +1,94 @@
+"""The persisted state of one conversation: its compaction state and its usage state.
+
+Both are versioned store documents written with compare-and-set; the usage state is kept per
+scope (agent, agent version, model). Nothing here decides what a state should become: callers
+pass the change, and a lost race applies it again on top of the winner's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Final, Literal
+
+from contextkeep._cas import LOST, CompareAndSet, Lost
+from contextkeep.baseline import USAGE_DOCUMENT, UsageState
+from contextkeep.compaction.state import CompactionState
+from contextkeep.stores.base import Store
+
+__all__ = ["COMPACTION_DOCUMENT", "Documents"]
+
+COMPACTION_DOCUMENT: Final = "compaction"
+"""The store document kind the compaction state is saved under."""
+
+
+class Documents:
+    """The compaction and usage states of one conversation, as last loaded or saved."""
+
+    def __init__(self, store: Store, conversation_id: str, scope: str, cas: CompareAndSet) -> None:
+        self.store = store
+        """Where the documents live."""
+        self.conversation_id = conversation_id
+        """Whose documents they are."""
+        self.scope = scope
+        """The usage scope (see `scope_key`)."""
+        self.compaction = CompactionState()
+        """The compaction state."""
+        self.usage = UsageState()
+        """The provider-confirmed usage state of `scope`."""
+        self._cas = cas
+
+    async def catch_up(self) -> None:
+        """Reload each document another instance changed since it was last loaded."""
+        doc = await self.store.load_document(self.conversation_id, COMPACTION_DOCUMENT)
+        if doc.version != self.compaction.version:
+            self.compaction = CompactionState.from_dict({**doc.data, "version": doc.version})
+        usage = await self.store.load_document(self.conversation_id, USAGE_DOCUMENT, self.scope)
+        if usage.version != self.usage.version:
+            self.usage = UsageState.from_dict(usage.data, usage.version)
+
+    async def save_compaction(self, state: CompactionState, expected: int) -> bool:
+        """One attempt to save `state` over version `expected`; whether it won."""
+        data = state.to_dict()
+        data.pop("version")
+        save = self.store.save_document(
+            self.conversation_id, COMPACTION_DOCUMENT, data, expected_version=expected
+        )
+        won = await self._cas.write(COMPACTION_DOCUMENT, save)
+        if won:
+            self.compaction = state.evolve(version=expected + 1)
+        return won
+
+    async def update_compaction(
+        self, change: Callable[[CompactionState], CompactionState]
+    ) -> CompactionState:
+        """Apply `change` to the compaction state and save it; on conflict reload and apply it again."""
+
+        async def attempt() -> CompactionState | Literal[Lost.LOST]:
+            current = self.compaction
+            return self.compaction if await self.save_compaction(change(current), current.version) else LOST
+
+        return await self._cas.retry(
+            attempt, f"update the state of {self.conversation_id!r}: it kept changing"
+        )
+
+    async def save_usage(self, new: UsageState) -> None:
+        """Save the usage figures of `new`; on conflict reload and save them over the winner's."""
+
+        async def attempt() -> Literal[Lost.LOST] | None:
+            wanted = replace(new, version=self.usage.version)
+            if wanted == self.usage:
+                return None
+            save = self.store.save_document(
+                self.conversation_id,
+                USAGE_DOCUMENT,
+                wanted.to_dict(),
+                expected_version=wanted.version,
+                scope=self.scope,
+            )
+            if not await self._cas.write(USAGE_DOCUMENT, save):
+                return LOST  # another instance recorded first: its figures are as new as ours
+            self.usage = replace(wanted, version=wanted.version + 1)
+            return None
+
+        await self._cas.retry(attempt, f"save the usage state of {self.conversation_id!r}: it kept changing")

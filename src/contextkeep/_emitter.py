@@ -1,0 +1,32 @@
+"""One conversation's view of the event bus: every event it emits names the conversation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from contextkeep.events import Event, EventBus
+
+__all__ = ["Emitter"]
+
+
+class Emitter:
+    """Emits events on a bus, stamped with one conversation's id."""
+
+    def __init__(self, bus: EventBus, conversation_id: str) -> None:
+        self.bus = bus
+        """The bus the events go to."""
+        self.conversation_id = conversation_id
+        """The id every event is stamped with."""
+
+    def emit(self, event: Event) -> None:
+        """Deliver now (coroutine listeners are scheduled, see `EventBus.emit`)."""
+        self.bus.emit(self._stamped(event))
+
+    async def aemit(self, event: Event) -> None:
+        """Deliver and await every coroutine listener."""
+        await self.bus.aemit(self._stamped(event))
+
+    def _stamped(self, event: Event) -> Event:
+        if event.conversation_id == self.conversation_id:
+            return event
+        return replace(event, conversation_id=self.conversation_id)

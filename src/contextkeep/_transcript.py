@@ -1,0 +1,89 @@
+"""The transcript log: one conversation's messages, in order, as added (never edited).
+
+It keeps the rounds incrementally (a :class:`RoundTracker`) and the tool call ids that already
+have a result, catches up with what other instances appended, and appends with compare-and-set:
+a batch is validated (and repaired, if the policy says so) on top of exactly the messages the
+store holds, or validated again after reloading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from contextkeep._cas import LOST, CompareAndSet, Lost
+from contextkeep.messages import Message
+from contextkeep.rounds import Repair, RepairPolicy, Round, RoundTracker, append_repaired
+from contextkeep.stores.base import Store
+
+__all__ = ["Appended", "Ingester", "Transcript"]
+
+Ingester = Callable[[Message, set[str]], Awaitable[Message]]
+"""Prepares a message for storage (offloading at ingest); the set holds the call ids answered so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What one append stored."""
+
+    messages: list[Message]
+    """The messages as stored (ids stamped, offload references in their metadata)."""
+    repairs: list[Repair]
+    """The repairs the policy made to the batch."""
+
+
+class Transcript:
+    """The append-only message log of one conversation."""
+
+    def __init__(self, store: Store, conversation_id: str, cas: CompareAndSet) -> None:
+        self.store = store
+        """Where the log is persisted."""
+        self.conversation_id = conversation_id
+        """Whose log it is."""
+        self.messages: list[Message] = []
+        """Every message, in order (append only)."""
+        self.tracker = RoundTracker()
+        """The rounds of `messages`, kept incrementally."""
+        self._answered: set[str] = set()  # call ids that already have a result
+        self._cas = cas
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def rounds(self) -> Sequence[Round]:
+        """The rounds, in order."""
+        return self.tracker.rounds
+
+    async def catch_up(self) -> None:
+        """Load what other instances appended since this log was last loaded."""
+        fresh = await self.store.load_messages(self.conversation_id, after=len(self.messages))
+        for m in fresh:
+            self.tracker.append(m)
+        self._extend(fresh)
+
+    async def append(self, batch: Sequence[Message], policy: RepairPolicy, ingest: Ingester) -> Appended:
+        """Validate `batch` under `policy`, `ingest` it and append it (on conflict, over the winner's)."""
+
+        async def attempt() -> Appended | Literal[Lost.LOST]:
+            tracker = self.tracker.copy()
+            accepted, repairs = append_repaired(tracker, batch, policy)
+            base = len(self.messages)
+            stamped = [m if m.id else replace(m, id=f"m{base + i:06d}") for i, m in enumerate(accepted)]
+            answered = set(self._answered)
+            stamped = [await ingest(m, answered) for m in stamped]
+            write = self.store.append(self.conversation_id, stamped, expected_length=base)
+            if not await self._cas.write("transcript", write):
+                return LOST  # another instance appended first: validate again on top of its messages
+            self.tracker = tracker
+            self._extend(stamped)
+            return Appended(stamped, repairs)
+
+        return await self._cas.retry(
+            attempt, f"append to {self.conversation_id!r}: the transcript kept changing"
+        )
+
+    def _extend(self, messages: Sequence[Message]) -> None:
+        self.messages.extend(messages)
+        self._answered.update(m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id)

@@ -1,0 +1,162 @@
+"""Future-reference retention (FRR): does a view still hold the terms a later reply reuses?
+
+A term is an identifier, file path, number or error name (:func:`extract_terms`). A
+reply's term whose first occurrence compaction removed or shortened is a
+:class:`RetentionProbe`; it is kept when it is in the view, and recoverable when it is
+behind a reference the view shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contextkeep.errors import ContextKeepError
+from contextkeep.messages import Message, message_from_dict
+from contextkeep.offload.workspace import Workspace
+from contextkeep.replay.engine import references_in
+
+__all__ = ["Retention", "RetentionProbe", "extract_terms", "resolve_probe", "searchable"]
+
+logger = logging.getLogger("contextkeep.replay.metrics")
+
+_TERM_PATTERNS = (
+    r"[\w.-]*\w/[\w./-]*\w",  # file paths: at least one slash between word characters
+    r"\b\w+\.(?:py|pyi|txt|cfg|toml|ini|json|ya?ml|md|rst|sh|js|ts|c|h|go|rs|java|html|css|sql)\b",
+    r"\b\w*(?:Error|Exception|Warning)\b",  # error names
+    r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b",  # dotted names (module.attr, self.x)
+    r"\b[A-Za-z]*_\w*[A-Za-z0-9]\b",  # snake_case identifiers
+    r"\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b",  # camelCase and CamelCase identifiers
+    r"(?<![\w.])\d+\.\d+(?![\w.])|(?<![\w.])\d{3,}(?![\w.])",  # decimals, integers of 3+ digits
+)
+_TERMS = re.compile("|".join(f"(?:{p})" for p in _TERM_PATTERNS))
+
+
+def extract_terms(text: str) -> set[str]:
+    """The identifiers, file paths, numbers and error names in `text`.
+
+    Exactly the matches of these patterns, each 4+ characters long except numbers:
+    file paths (word characters around at least one `/`, or a name with a known file
+    extension), error names (`…Error`, `…Exception`, `…Warning`), dotted names
+    (`a.b`), snake_case names (containing `_`), camelCase / CamelCase names (an inner
+    capital), decimals (`3.14`) and integers of three or more digits.
+    """
+    return {t for t in _TERMS.findall(text) if len(t) >= 4 or t[0].isdigit()}
+
+
+def searchable(message: Message) -> str:
+    """The text a term is looked for in: the content plus every tool call's name and arguments."""
+    calls = "".join(f"\n{c.name} {c.arguments}" for c in message.tool_calls)
+    return message.text + calls
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionProbe:
+    """One FRR probe: a term a later reply uses whose first occurrence compaction removed or shortened.
+
+    For the reply produced by call `call` (transcript index `reply`), each term of
+    :func:`extract_terms` in the reply's searchable text whose first occurrence (the
+    lowest transcript index whose searchable text contains it) lies in an earlier
+    message that the call's view does not show verbatim is a probe. It is *in view*
+    when the term occurs in the view's searchable text, *recoverable* when it is in
+    view or occurs in the text behind a reference the view shows (read via the workspace).
+    """
+
+    call: int
+    """Position of the call in the replay."""
+    term: str
+    """The term."""
+    first: int
+    """Transcript index of the term's first occurrence."""
+    in_view: bool
+    """The term is in the view."""
+    references: tuple[str, ...] = ()
+    """References the view showed (searched when the term is not in view)."""
+    recoverable: bool = False
+    """In view, or behind one of `references`."""
+
+
+class Retention:
+    """Finds the FRR probes of a trajectory's replies."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self._messages = messages
+        self._first = _FirstSeen(messages)
+        self._ids = [_transcript_id(m, i) for i, m in enumerate(messages)]
+
+    def probes(self, call: int, index: int, view: Sequence[Message]) -> list[RetentionProbe]:
+        """The probes of transcript message `index` (the reply of call `call`) against its `view`."""
+        verbatim = {m.id: m.key for m in view if m.id}
+        text = "\x00".join(searchable(m) for m in view)
+        references: tuple[str, ...] | None = None
+        out = []
+        for term in sorted(extract_terms(searchable(self._messages[index]))):
+            first = self._first(term)
+            if not 0 <= first < index:
+                continue
+            original = self._messages[first]
+            if verbatim.get(self._ids[first]) == original.key:
+                continue  # shown as recorded: nothing was removed or shortened
+            present = term in text
+            if not present and references is None:
+                references = tuple(dict.fromkeys(references_in(list(view))))
+            out.append(RetentionProbe(call, term, first, present, () if present else references or ()))
+        return out
+
+
+async def resolve_probe(probe: RetentionProbe, workspace: Workspace, texts: dict[str, str]) -> RetentionProbe:
+    """`probe` with `recoverable` set: in view, or found behind one of its references.
+
+    `texts` caches the searchable text behind each reference read so far.
+    """
+    found = probe.in_view
+    for ref in probe.references:
+        if found:
+            break
+        if ref not in texts:
+            texts[ref] = await _reference_text(workspace, ref)
+        found = probe.term in texts[ref]
+    return RetentionProbe(probe.call, probe.term, probe.first, probe.in_view, probe.references, found)
+
+
+def _transcript_id(message: Message, index: int) -> str:
+    # Session.add stamps messages without an id with their transcript position.
+    return message.id or f"m{index:06d}"
+
+
+class _FirstSeen:
+    """Transcript index of each term's first occurrence (one search of the concatenated text)."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        texts = [searchable(m) for m in messages]
+        self._starts: list[int] = []
+        position = 0
+        for t in texts:
+            self._starts.append(position)
+            position += len(t) + 1
+        self._text = "\x00".join(texts)
+        self._cache: dict[str, int] = {}
+
+    def __call__(self, term: str) -> int:
+        found = self._cache.get(term)
+        if found is None:
+            at = self._text.find(term)
+            found = self._cache[term] = bisect_right(self._starts, at) - 1 if at >= 0 else -1
+        return found
+
+
+async def _reference_text(workspace: Workspace, reference: str) -> str:
+    """The searchable text behind a reference (offloaded message spans are decoded from JSONL)."""
+    try:
+        raw = await workspace.read(reference)
+    except ContextKeepError as exc:
+        logger.warning("reference %s unreadable: %s", reference, exc)
+        return ""
+    if ".jsonl" not in reference:
+        return raw
+    lines = (json.loads(line) for line in raw.splitlines() if line.strip())
+    return "\x00".join(searchable(message_from_dict(d)) for d in lines)
