@@ -41,6 +41,10 @@ def fingerprint(m: Message) -> Fingerprint:
 
 def new_messages(stored: Sequence[Message], incoming: Sequence[Message]) -> list[Message] | None:
     """The messages of `incoming` to append after `stored`; `None` when it does not continue it."""
+    n = len(stored)
+    # The common case, checked in C: every stored message comes back with the same content.
+    if len(incoming) >= n and all(a.key == b.key for a, b in zip(stored, incoming, strict=False)):
+        return list(incoming[n:])
     known = [fingerprint(m) for m in stored]
     seen = [fingerprint(m) for m in incoming]
     if seen[: len(known)] == known:
@@ -76,11 +80,18 @@ def fork_id(conversation_id: str, incoming: Sequence[Message], divergence: int) 
     return f"{conversation_id}~fork-{digest.hexdigest()[:12]}"
 
 
-def with_stable_ids(history: Iterable[Message | Mapping[str, Any]]) -> list[Message | Mapping[str, Any]]:
-    """The history with an id on every tool call and a call id on every tool result."""
+def with_stable_ids(
+    history: Iterable[Message | Mapping[str, Any]], *, start: int = 0
+) -> list[Message | Mapping[str, Any]]:
+    """The history with an id on every tool call and a call id on every tool result.
+
+    `start` is the position of `history`'s first message in the whole history (ids derive
+    from positions), for a caller that fixes only the tail of a history it has seen before:
+    the tail must then begin at or before the latest message with calls.
+    """
     out: list[Message | Mapping[str, Any]] = []
     pending: list[tuple[str, str]] = []  # (call id, function name) of the latest calls without a result
-    for index, item in enumerate(history):
+    for index, item in enumerate(history, start):
         if isinstance(item, Message):
             fixed: Message | Mapping[str, Any] = _message_ids(item, index, pending)
         else:

@@ -85,13 +85,14 @@ class Origins(Generic[T]):
         """Each view message with its origin, or None where the view changed or made the message.
 
         `view` is a `View` or its `neutral` messages (what `Session.complete` hands an adapter).
-        Each message is compared with the one stored under its id when its origin was remembered,
-        so `session` (the view's conversation) is not read again: a view costs work per message
-        in it, not per message in the transcript.
+        A message is unchanged when what the model reads of it (its content key) is that of the
+        message stored under its id when the origin was remembered; `session` (the view's
+        conversation) is not read again, so a view costs work per message in it, not per message
+        in the transcript.
         """
         out: list[tuple[Message, T | None]] = []
         for m in view.neutral if isinstance(view, View) else view:
             known = self._by_id.get(m.id) if m.id is not None else None
-            unchanged = known is not None and (m is known[0] or m == known[0])
+            unchanged = known is not None and (m is known[0] or m.key == known[0].key)
             out.append((m, known[1] if known is not None and unchanged else None))
         return out

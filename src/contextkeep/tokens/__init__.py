@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 
 from contextkeep.errors import TokenizerError
@@ -64,11 +66,11 @@ def _loader(spec: str, model: str) -> Callable[[], Encoder]:
     """What builds the encoder `spec` names (a malformed spec raises here, a failed load when called)."""
     kind, _, arg = spec.partition(":")
     if kind == "tiktoken":
-        return lambda: TiktokenEncoder(arg or encoding_for_model(model))
+        return lambda: _shared_tiktoken(arg or encoding_for_model(model))
     if kind == "hf":
-        return lambda: HFEncoder(arg)
+        return lambda: _shared_hf(arg)
     if spec.endswith(".json"):
-        return lambda: HFEncoder(spec)
+        return lambda: _shared_hf(spec)
     if spec == "pieces":
         return PieceEncoder
     if kind == "heuristic":
@@ -123,6 +125,33 @@ def counter_for_model(
     if calibrate:
         return CalibratedCounter(encoder, framing)
     return PromptCounter(encoder, framing)
+
+
+_SHARED: dict[tuple[object, ...], Encoder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(key: tuple[object, ...], build: Callable[[], Encoder]) -> Encoder:
+    """One encoder per process for `key`: a tokenizer costs ~1 s and ~100 MiB to load, sessions are many."""
+    with _SHARED_LOCK:  # held while loading: a second session asking for the same file waits for it
+        encoder = _SHARED.get(key)
+        if encoder is None:
+            encoder = _SHARED[key] = build()
+        return encoder
+
+
+def _shared_tiktoken(encoding: str) -> Encoder:
+    return _shared(("tiktoken", encoding), lambda: TiktokenEncoder(encoding))
+
+
+def _shared_hf(path: str) -> Encoder:
+    """A `tokenizer.json` shared by path, as long as the file is the same (size and modification time)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return HFEncoder(path)  # raises the load error, naming the file
+    key = ("hf", os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    return _shared(key, lambda: HFEncoder(path))
 
 
 def _openai_family(model: str) -> bool:

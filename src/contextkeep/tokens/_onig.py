@@ -1,6 +1,6 @@
-"""Oniguruma split patterns (as in `tokenizer.json`) rewritten for Python's `re`.
+r"""Oniguruma split patterns (as in `tokenizer.json`) rewritten for Python's `re`.
 
-`re` has no Unicode property classes, so `\\p{L}`, `\\s` and friends become explicit
+`re` has no Unicode property classes, so `\p{L}`, `\s` and friends become explicit
 character ranges. They are built only over blocks whose characters have been assigned, with
 the same categories, for many Unicode versions: there `tokenizers`' engine and ours cannot
 disagree, whichever Unicode version each was built with. Text with any other character is not

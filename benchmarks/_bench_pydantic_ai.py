@@ -1,0 +1,161 @@
+"""pydantic-ai's part of `bench_integrations`: the time `ContextKeepCapability` adds per model call.
+
+An agent on `FunctionModel` continues a conversation of N messages (tool rounds with ~1 KB
+outputs) for `CALLS` more tool calls and an answer. The same agent with a no-op capability
+(the same hooks, returning what they get) is the baseline: added time per call =
+best with - best without over `REPEAT` runs of each, interleaved; every run is on a fresh
+conversation fed the N messages first (that first call syncs and counts every message once, and
+loads the tokenizer for the new session: `first_call_ms`).
+The window (131,072) holds 300 messages (about 61,000 tokens) with room to spare, so no compaction
+runs: this is the steady per-call cost.
+
+    TIKTOKEN_CACHE_DIR=../shared/tokenizers .venv/bin/python benchmarks/_bench_pydantic_ai.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RequestUsage, UsageLimits
+
+from contextkeep import ContextManager, ModelSpec
+from contextkeep.integrations.pydantic_ai import ContextKeepCapability
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
+SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
+CALLS = 10
+REPEAT = 5
+LIMITS = UsageLimits(request_limit=1_000)
+
+
+class NoOp(AbstractCapability[Any]):
+    """The baseline: the hooks contextkeep uses, doing nothing."""
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """The request as it is."""
+        return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """The response as it is."""
+        return response
+
+
+def output(n: int) -> str:
+    """About 1 KB of a tool's output (about 370 tokens)."""
+    return "\n".join(
+        f"{n:04d}:{i:02d} def handler_{i}(request): return cache.get(key_{n}_{i})" for i in range(18)
+    )
+
+
+def history(messages: int) -> list[ModelMessage]:
+    """A conversation of about `messages` messages: a prompt, then tool rounds."""
+    out: list[ModelMessage] = [
+        ModelRequest([SystemPromptPart("Work carefully."), UserPromptPart("Fix the cache.")])
+    ]
+    n = 0
+    while len(out) < messages:
+        n += 1
+        call = ToolCallPart("read_file", {"path": f"src/m{n}.py"}, f"call_{n}")
+        out.append(
+            ModelResponse(
+                [TextPart(f"Reading {n}."), call], usage=RequestUsage(input_tokens=1, output_tokens=1)
+            )
+        )
+        out.append(ModelRequest([ToolReturnPart("read_file", output(n), f"call_{n}")]))
+    return out
+
+
+def agent(capability: AbstractCapability[Any], calls: int) -> Agent[None, str]:
+    """An agent whose model makes `calls` tool calls, then answers."""
+    made = [0]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        made[0] += 1
+        usage = RequestUsage(input_tokens=1_000, output_tokens=10)
+        if made[0] <= calls:
+            return ModelResponse([ToolCallPart("read_file", {"path": f"src/x{made[0]}.py"})], usage=usage)
+        return ModelResponse([TextPart("Done.")], usage=usage)
+
+    a = Agent(FunctionModel(model), instructions="You are a coding agent.", capabilities=[capability])
+
+    @a.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return output(len(path))
+
+    return a
+
+
+async def _timed(capability: AbstractCapability[Any], start: list[ModelMessage]) -> tuple[float, float]:
+    """(seconds of the first call, which feeds `start`; seconds per call of `CALLS` tool calls after it)."""
+    t0 = time.perf_counter()
+    fed = await agent(capability, 0).run("Go on.", message_history=start, usage_limits=LIMITS)
+    t1 = time.perf_counter()
+    await agent(capability, CALLS).run("Go on.", message_history=fed.all_messages(), usage_limits=LIMITS)
+    return t1 - t0, (time.perf_counter() - t1) / (CALLS + 1)
+
+
+async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
+    url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{messages}.db'}"
+    cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=f"hf:{DEEPSEEK_TOKENIZER}")
+    start = history(messages)
+    with_ck, framework, first = [], [], []
+    for r in range(REPEAT):
+        _, without = await _timed(NoOp(), start)
+        fed, per_call = await _timed(
+            ContextKeepCapability(cm, conversation_id=f"bench-{messages}-{r}"), start
+        )
+        with_ck.append(per_call)
+        framework.append(without)
+        first.append(fed)
+    await cm.close()
+    return {
+        "framework": "pydantic-ai",
+        "messages": len(start),
+        "store": store,
+        "added_ms_per_call": round((min(with_ck) - min(framework)) * 1000, 2),
+        "framework_ms_per_call": round(min(framework) * 1000, 2),
+        "first_call_ms": round(statistics.median(first) * 1000, 1),
+    }
+
+
+async def run(sizes: list[int]) -> list[dict[str, Any]]:
+    """One row per store and history size."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in ("memory", "sqlite"):
+            for messages in sizes:
+                rows.append(await _measure(messages, store, Path(tmp)))
+    return rows
+
+
+if __name__ == "__main__":
+    sizes = [int(s) for s in sys.argv[1:]] or [20, 100, 300]
+    for row in asyncio.run(run(sizes)):
+        print(row)
