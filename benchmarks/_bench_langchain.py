@@ -34,8 +34,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
 import contextkeep as ck
+from contextkeep._tokens import HFEncoder
 from contextkeep.integrations.langchain import ContextKeepMiddleware
-from contextkeep.tokens import HFEncoder
 
 TOKENIZER = Path(__file__).resolve().parents[1].parent / "shared" / "tokenizers" / "deepseek_tokenizer.json"
 TOOL_CALLS = 10

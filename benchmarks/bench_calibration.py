@@ -23,11 +23,11 @@ import tempfile
 from pathlib import Path
 
 from contextkeep import ContextConfig, ContextManager, ModelSpec
+from contextkeep._tokens import counter_for_model
+from contextkeep._view import View
 from contextkeep.replay.accuracy import count_accuracy
 from contextkeep.replay.engine import replay
 from contextkeep.replay.trajectories import Trajectory, load_trajectories
-from contextkeep.tokens import counter_for_model
-from contextkeep.view import View
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 RUNS = SHARED / "trajectories" / "mini-swe-agent"

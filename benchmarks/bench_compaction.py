@@ -64,15 +64,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.events import CompressionCompleted, Event
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.offload import LocalWorkspace
+from contextkeep._capabilities import ModelSpec
+from contextkeep._events import CompressionCompleted, Event
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._offload import LocalWorkspace
+from contextkeep._session import Session
+from contextkeep._summarizers import SummaryRequest, SummaryResult
+from contextkeep._tokens import HFEncoder, PromptCounter, TiktokenEncoder, counter_for_model
 from contextkeep.replay.trajectories import RecordedCall, Trajectory, load_trajectories
-from contextkeep.session import Session
-from contextkeep.summarizers import SummaryRequest, SummaryResult
-from contextkeep.tokens import HFEncoder, PromptCounter, TiktokenEncoder, counter_for_model
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRAJECTORY = SHARED / "trajectories" / "mini-swe-agent" / "django__django-14997.traj.json"

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from contextkeep.formats import to_openai
-from contextkeep.messages import Message
+from contextkeep._formats import to_openai
+from contextkeep._messages import Message
+from contextkeep._tokens import HFEncoder, OpenAIFraming, PromptCounter, TiktokenEncoder, counter_for_model
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HFEncoder, OpenAIFraming, PromptCounter, TiktokenEncoder, counter_for_model
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

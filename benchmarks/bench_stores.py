@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from contextkeep.errors import ContextKeepError
+from contextkeep._errors import ContextKeepError
 from contextkeep.stores import RedisStore, SQLStore, Store, open_store
 
 DEFAULT_URLS = {

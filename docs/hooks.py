@@ -50,7 +50,7 @@ def on_page_markdown(markdown: str, *, page: Page, config: MkDocsConfig, files: 
 
 def render_reference() -> str:
     """The Markdown of the whole reference, from the current source of `contextkeep.config`."""
-    module = importlib.reload(importlib.import_module("contextkeep.config"))
+    module = importlib.reload(importlib.import_module("contextkeep._config"))
     model = module.ContextConfig
     fields: dict[str, FieldInfo] = model.model_fields
     out: list[str] = []

@@ -25,9 +25,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 import contextkeep as ck
-from contextkeep.formats import from_openai
+from contextkeep._formats import from_openai
+from contextkeep._tokens import counter_for_model
 from contextkeep.integrations.langchain import ContextKeepMiddleware
-from contextkeep.tokens import counter_for_model
 
 READS = 24
 WINDOW = 16_000

@@ -22,7 +22,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from agents.usage import Usage
 
 import contextkeep as ck
-from contextkeep.events import ContextStatus
+from contextkeep._events import ContextStatus
 from contextkeep.integrations.openai_agents import ContextKeepModel
 
 FILES = 40

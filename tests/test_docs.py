@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.config import ContextConfig
+from contextkeep._config import ContextConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

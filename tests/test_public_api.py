@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,26 @@ def test_all_lists_real_names(name: str) -> None:
     missing = [n for n in exported if not hasattr(module, n)]
     assert missing == []
     assert len(set(exported)) == len(exported)
+
+
+def _surface() -> list[str]:
+    names = [f"contextkeep:{n}" for n in sorted(contextkeep.__all__)]
+    for module in PUBLIC:
+        names += [f"{module}:{n}" for n in sorted(importlib.import_module(module).__all__)]
+    return names
+
+
+def test_the_public_surface_is_the_checked_in_list() -> None:
+    """A name added to or dropped from any `__all__` must be added to or dropped from the list too."""
+    pinned = Path(__file__).with_name("public_api.txt").read_text().splitlines()
+    expected = [line for line in pinned if line and not line.startswith("#")]
+    assert _surface() == expected
+
+
+def test_implementation_modules_are_private() -> None:
+    """Only the package, its subpackages of their own (stores, models, …) and their modules are public."""
+    top = {name.split(".")[1] for name in PUBLIC}
+    assert top == {"integrations", "models", "replay", "server", "stores", "testing"}
 
 
 def test_top_level_surface() -> None:

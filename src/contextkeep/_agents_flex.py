@@ -13,7 +13,7 @@ import enum
 from typing import Any
 
 from contextkeep._event_names import agents_flex_fields
-from contextkeep.events import (
+from contextkeep._events import (
     CompressionCompleted,
     CompressionFailed,
     CompressionRequired,
@@ -33,15 +33,15 @@ class AgentsFlexEvent(enum.StrEnum):
     """
 
     MODEL_COMPLETED = "MODEL_COMPLETED"
-    """A model call finished: :class:`~contextkeep.events.ModelCompleted` (`model.completed`)."""
+    """A model call finished: :class:`~contextkeep.ModelCompleted` (`model.completed`)."""
     CONTEXT_COMPRESSION_REQUIRED = "CONTEXT_COMPRESSION_REQUIRED"
-    """Compaction scheduled before the next call: :class:`~contextkeep.events.CompressionRequired`."""
+    """Compaction scheduled before the next call: :class:`~contextkeep.CompressionRequired`."""
     CONTEXT_COMPRESSION_STARTED = "CONTEXT_COMPRESSION_STARTED"
-    """Compaction started: :class:`~contextkeep.events.CompressionStarted`."""
+    """Compaction started: :class:`~contextkeep.CompressionStarted`."""
     CONTEXT_COMPRESSION_COMPLETED = "CONTEXT_COMPRESSION_COMPLETED"
-    """Compaction finished: :class:`~contextkeep.events.CompressionCompleted`."""
+    """Compaction finished: :class:`~contextkeep.CompressionCompleted`."""
     CONTEXT_COMPRESSION_FAILED = "CONTEXT_COMPRESSION_FAILED"
-    """Compaction (or a summary) failed: :class:`~contextkeep.events.CompressionFailed`."""
+    """Compaction (or a summary) failed: :class:`~contextkeep.CompressionFailed`."""
 
     @property
     def event_class(self) -> type[Event]:

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Literal, TypeVar
 
 from contextkeep._emitter import Emitter
-from contextkeep.errors import StoreError
-from contextkeep.events import StoreConflict
+from contextkeep._errors import StoreError
+from contextkeep._events import StoreConflict
 from contextkeep.stores.base import Store, reporting_failure
 
 __all__ = ["ATTEMPTS", "LOST", "CompareAndSet", "Lost"]

@@ -17,22 +17,22 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contextkeep._budget import Budget
 from contextkeep._cas import LOST, CompareAndSet, Lost
+from contextkeep._compaction import CompressionReason, LayerName, Outcome
+from contextkeep._compaction._pipeline import Compactor
+from contextkeep._compaction.builder import ViewBuilder
+from contextkeep._compaction.state import CompactionState
+from contextkeep._config import ContextConfig, UsageMode
 from contextkeep._deps import SessionDeps
 from contextkeep._documents import Documents
 from contextkeep._emitter import Emitter
+from contextkeep._errors import ContextOverflowError
+from contextkeep._events import CompressionCompleted, CompressionStarted, ContextOffloaded
+from contextkeep._messages import Message
+from contextkeep._tokens import TokenCounter
 from contextkeep._transcript import Transcript
-from contextkeep.budget import Budget
-from contextkeep.compaction import CompressionReason, LayerName, Outcome
-from contextkeep.compaction._pipeline import Compactor
-from contextkeep.compaction.builder import ViewBuilder
-from contextkeep.compaction.state import CompactionState
-from contextkeep.config import ContextConfig, UsageMode
-from contextkeep.errors import ContextOverflowError
-from contextkeep.events import CompressionCompleted, CompressionStarted, ContextOffloaded
-from contextkeep.messages import Message
-from contextkeep.tokens import TokenCounter
-from contextkeep.usage_policy import UsagePolicy
+from contextkeep._usage_policy import UsagePolicy
 
 __all__ = ["Compacting", "Measured", "PassRequest"]
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from contextkeep.messages import Message, ToolCall
+from contextkeep._messages import Message, ToolCall
 
 __all__ = ["fingerprint", "first_divergence", "fork_id", "new_messages", "with_stable_ids"]
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from contextkeep.tokens import PromptCounter
+from contextkeep._tokens import PromptCounter
 
 __all__ = ["CountAhead"]
 

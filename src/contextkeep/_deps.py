@@ -9,21 +9,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contextkeep.capabilities import Capacity, ModelSpec
-from contextkeep.compaction.builder import SystemPromptHook
-from contextkeep.config import ContextConfig
-from contextkeep.events import EventBus
-from contextkeep.offload.workspace import Workspace
+from contextkeep._capabilities import Capacity, ModelSpec
+from contextkeep._compaction.builder import SystemPromptHook
+from contextkeep._config import ContextConfig
+from contextkeep._events import EventBus
+from contextkeep._offload.workspace import Workspace
+from contextkeep._summarizers.base import Summarizer
+from contextkeep._tokens import PromptCounter
 from contextkeep.stores.base import Store
-from contextkeep.summarizers.base import Summarizer
-from contextkeep.tokens import PromptCounter
 
 __all__ = ["SessionDeps"]
 
 
 @dataclass(frozen=True, slots=True)
 class SessionDeps:
-    """The dependencies of a :class:`~contextkeep.session.Session`."""
+    """The dependencies of a :class:`~contextkeep.Session`."""
 
     model: ModelSpec
     """The model the views are for (its key scopes the usage baseline)."""

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Final, Literal
 
+from contextkeep._baseline import USAGE_DOCUMENT, UsageState
 from contextkeep._cas import LOST, CompareAndSet, Lost
-from contextkeep.baseline import USAGE_DOCUMENT, UsageState
-from contextkeep.compaction.state import CompactionState
+from contextkeep._compaction.state import CompactionState
 from contextkeep.stores.base import Store
 
 __all__ = ["COMPACTION_DOCUMENT", "Documents"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contextkeep.events import Event, EventBus
+from contextkeep._events import Event, EventBus
 
 __all__ = ["Emitter"]
 

@@ -10,15 +10,15 @@ import base64
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from contextkeep.compaction.builder import REF_KEY
-from contextkeep.config import ContextConfig
-from contextkeep.events import ContextOffloaded, Event, ToolResultTruncated
-from contextkeep.formats.openai import from_openai
-from contextkeep.messages import ContentPart, ImagePart, Message, TextPart, message_json
+from contextkeep._compaction.builder import REF_KEY
+from contextkeep._config import ContextConfig
+from contextkeep._events import ContextOffloaded, Event, ToolResultTruncated
+from contextkeep._formats.openai import from_openai
+from contextkeep._messages import ContentPart, ImagePart, Message, TextPart, message_json
+from contextkeep._offload.workspace import Workspace
+from contextkeep._tokens import TokenCounter
+from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
-from contextkeep.offload.workspace import Workspace
-from contextkeep.tokens import TokenCounter
-from contextkeep.usage import Usage
 
 __all__ = ["Ingest", "as_messages", "reply_message"]
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from contextkeep._config import ContextConfig
 from contextkeep._emitter import Emitter
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError, ContextOverflowError, MaxIterationsError
-from contextkeep.events import RecoveryFailed, RecoveryStarted, RecoverySucceeded
-from contextkeep.messages import Message
+from contextkeep._errors import ConfigError, ContextOverflowError, MaxIterationsError
+from contextkeep._events import RecoveryFailed, RecoveryStarted, RecoverySucceeded
+from contextkeep._messages import Message
+from contextkeep._view import View
 from contextkeep.models.adapter import ModelAdapter, ModelReply
-from contextkeep.view import View
 
 __all__ = ["Engine", "ModelCalls"]
 

@@ -1,4 +1,4 @@
-"""`SyncSession`: the blocking twin of :class:`~contextkeep.session.Session`, for scripts.
+"""`SyncSession`: the blocking twin of :class:`~contextkeep.Session`, for scripts.
 
 Each method runs its async twin to completion on the session's private event loop, so both
 share one engine; every public method of `Session` has a twin here, with the same signature
@@ -11,26 +11,26 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from contextkeep.baseline import UsageState
-from contextkeep.budget import Budget
-from contextkeep.capabilities import ModelSpec
-from contextkeep.compaction import Outcome
-from contextkeep.compaction.state import CompactionState
-from contextkeep.config import ContextConfig
-from contextkeep.messages import Message
+from contextkeep._baseline import UsageState
+from contextkeep._budget import Budget
+from contextkeep._capabilities import ModelSpec
+from contextkeep._compaction import Outcome
+from contextkeep._compaction.state import CompactionState
+from contextkeep._config import ContextConfig
+from contextkeep._messages import Message
+from contextkeep._offload.snapshot import ActionSnapshot
+from contextkeep._offload.workspace import Workspace
+from contextkeep._session import Session, Tools
+from contextkeep._tokens import PromptCounter
+from contextkeep._usage import Usage
+from contextkeep._view import View
 from contextkeep.models.adapter import ModelAdapter, ModelReply
-from contextkeep.offload.snapshot import ActionSnapshot
-from contextkeep.offload.workspace import Workspace
-from contextkeep.session import Session, Tools
-from contextkeep.tokens import PromptCounter
-from contextkeep.usage import Usage
-from contextkeep.view import View
 
 __all__ = ["SyncSession"]
 
 
 class SyncSession:
-    """Blocking twin of :class:`~contextkeep.session.Session` (same engine underneath).
+    """Blocking twin of :class:`~contextkeep.Session` (same engine underneath).
 
     Obtain it from `ContextManager.sync_session(conversation_id)`.
     """

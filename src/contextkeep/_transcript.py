@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from contextkeep._cas import LOST, CompareAndSet, Lost
-from contextkeep.messages import Message
-from contextkeep.rounds import Repair, RepairPolicy, Round, RoundTracker, append_repaired
+from contextkeep._messages import Message
+from contextkeep._rounds import Repair, RepairPolicy, Round, RoundTracker, append_repaired
 from contextkeep.stores.base import Store
 
 __all__ = ["Appended", "Ingester", "Transcript"]

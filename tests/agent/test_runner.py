@@ -12,9 +12,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from contextkeep.agent import Agent, Runner, Tool
-from contextkeep.config import ContextConfig
-from contextkeep.errors import MaxIterationsError
+from contextkeep._agent import Agent, Runner, Tool
+from contextkeep._config import ContextConfig
+from contextkeep._errors import MaxIterationsError
 from contextkeep.models import OpenAIAdapter
 from contextkeep.stores import open_store
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec

@@ -14,21 +14,21 @@ from typing import Any
 import openai
 import pytest
 
-from contextkeep.agent import Agent, Runner
-from contextkeep.capabilities import ModelSpec
-from contextkeep.compaction import CompactionState, ProgressStep, default_progress_hook
-from contextkeep.compaction.builder import ViewBuilder
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError, ContextOverflowError, MaxIterationsError, OverflowPhase
-from contextkeep.events import Event
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._agent import Agent, Runner
+from contextkeep._capabilities import ModelSpec
+from contextkeep._compaction import CompactionState, ProgressStep, default_progress_hook
+from contextkeep._compaction.builder import ViewBuilder
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError, ContextOverflowError, MaxIterationsError, OverflowPhase
+from contextkeep._events import Event
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._rounds import RoundTracker
+from contextkeep._tokens import counter_for_model
 from contextkeep.models import ModelReply, OpenAIAdapter
-from contextkeep.rounds import RoundTracker
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter
-from contextkeep.tokens import counter_for_model
 from support import closing, rounds
 
 NUM_CTX = 512
@@ -267,7 +267,7 @@ async def test_hooks_given_to_the_runner_and_to_the_agent_both_apply_in_that_ord
 
 
 async def test_skill_instructions_follow_the_system_prompt_before_the_hooks(tmp_path: Path) -> None:
-    from contextkeep.agent import Skill  # imported here: every other test runs on code without skills
+    from contextkeep._agent import Skill  # imported here: every other test runs on code without skills
 
     pdf = tmp_path / "skills" / "pdf"
     pdf.mkdir(parents=True)

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from contextkeep.cli import main
+from contextkeep._cli import main
 from support import require_shared
 
 

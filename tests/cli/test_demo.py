@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from contextkeep.cli import main
+from contextkeep._cli import main
 
 
 def test_demo_shows_every_layer_a_recovery_and_resumes(

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from contextkeep.budget import Budget, ContextState, ReservedOutput, Thresholds, resolve_reserved_output
-from contextkeep.capabilities import CapacitySource, ModelSpec, resolve_model_spec
-from contextkeep.errors import ConfigError
+from contextkeep._budget import Budget, ContextState, ReservedOutput, Thresholds, resolve_reserved_output
+from contextkeep._capabilities import CapacitySource, ModelSpec, resolve_model_spec
+from contextkeep._errors import ConfigError
 
 
 def test_seed_example_figures() -> None:
@@ -95,7 +95,7 @@ def test_capacity_resolution_chain_reports_its_source() -> None:
 
 
 def test_capacity_from_the_serving_endpoint() -> None:
-    from contextkeep.capabilities import aresolve_model_spec
+    from contextkeep._capabilities import aresolve_model_spec
     from contextkeep.testing import FakeLLMServer
 
     with FakeLLMServer(model="served-model", context_window=12_345) as srv:
@@ -113,7 +113,7 @@ def test_capacity_from_the_serving_endpoint() -> None:
 
 
 def test_capacity_from_ollama_show() -> None:
-    from contextkeep.capabilities import _window_from_ollama
+    from contextkeep._capabilities import _window_from_ollama
 
     assert (
         _window_from_ollama({"model_info": {"qwen2.context_length": 32_768, "general.architecture": "qwen2"}})

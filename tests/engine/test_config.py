@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from contextkeep.compaction import resolve_layers
-from contextkeep.config import ContextConfig, FailureStrategy, UsageMode, load_config
-from contextkeep.errors import ConfigError
+from contextkeep._compaction import resolve_layers
+from contextkeep._config import ContextConfig, FailureStrategy, UsageMode, load_config
+from contextkeep._errors import ConfigError
 
 
 def test_seed_defaults() -> None:

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.cli.replay import measure
-from contextkeep.compaction import Layer, PassContext, register_layer
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError
-from contextkeep.events import CompressionCompleted, ContextStatus, Event
-from contextkeep.formats.openai import from_openai
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._cli.replay import measure
+from contextkeep._compaction import Layer, PassContext, register_layer
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError
+from contextkeep._events import CompressionCompleted, ContextStatus, Event
+from contextkeep._formats.openai import from_openai
+from contextkeep._manager import ContextManager
+from contextkeep._tokens import HeuristicEncoder
 from contextkeep.replay import Trajectory, replay
 from contextkeep.replay.presets import Preset
 from contextkeep.replay.report import render_report
 from contextkeep.replay.trajectories import RecordedCall
-from contextkeep.tokens import HeuristicEncoder
 from support import assert_references_readable, call, manager, result
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from inline_snapshot import snapshot
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
-from contextkeep.events import CompressionCompleted, Event
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.rounds import split_rounds
-from contextkeep.summarizers import SummaryRequest, SummaryResult
-from contextkeep.tokens import HeuristicEncoder
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ContextOverflowError, MalformedHistoryError, OverflowPhase
+from contextkeep._events import CompressionCompleted, Event
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._rounds import split_rounds
+from contextkeep._summarizers import SummaryRequest, SummaryResult
+from contextkeep._tokens import HeuristicEncoder
 from support import TickingClock, assert_references_readable, call, manager, recording_manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextkeep.messages import Message
-from contextkeep.rounds import split_rounds
+from contextkeep._messages import Message
+from contextkeep._rounds import split_rounds
 from support import manager
 
 SYSTEM = {"role": "system", "content": "You are an agent. Follow the rules."}

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from contextkeep.budget import Budget, ContextState
-from contextkeep.events import ContextStatus, Event, EventBus, ModelCompleted
-from contextkeep.tokens import CountSource
+from contextkeep._budget import Budget, ContextState
+from contextkeep._events import ContextStatus, Event, EventBus, ModelCompleted
+from contextkeep._tokens import CountSource
 from support import wait_until
 
 

@@ -8,15 +8,15 @@ from typing import Any
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ContextOverflowError, OverflowPhase
-from contextkeep.events import EventBus
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.metrics import install_metrics
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ContextOverflowError, OverflowPhase
+from contextkeep._events import EventBus
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._metrics import install_metrics
+from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
-from contextkeep.usage import Usage
 from support import call, result, rounds
 
 

@@ -8,14 +8,14 @@ import anthropic
 import openai
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ContextOverflowError, ModelError, OverflowPhase
-from contextkeep.events import Event
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ContextOverflowError, ModelError, OverflowPhase
+from contextkeep._events import Event
+from contextkeep._manager import ContextManager
+from contextkeep._usage import UsageSource
 from contextkeep.models import AnthropicAdapter, OpenAIAdapter
 from contextkeep.testing import FakeLLMServer, OverflowFormat, UsageMode
-from contextkeep.usage import UsageSource
 from support import closing, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeep.errors import MalformedHistoryError
-from contextkeep.messages import Message, ToolCall
+from contextkeep._errors import MalformedHistoryError
+from contextkeep._messages import Message, ToolCall
+from contextkeep._rounds import Repair, RepairPolicy, RoundTracker, repair_history, split_rounds
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.rounds import Repair, RepairPolicy, RoundTracker, repair_history, split_rounds
 from support import mini_swe_agent_files, require_shared
 
 

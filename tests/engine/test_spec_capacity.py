@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 
 import contextkeep as ck
-from contextkeep.baseline import USAGE_DOCUMENT, UsageStatus
-from contextkeep.capabilities import CapacitySource, ModelSpec
-from contextkeep.config import ContextConfig, load_config
-from contextkeep.events import ContextStatus, ModelCompleted
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._baseline import USAGE_DOCUMENT, UsageStatus
+from contextkeep._capabilities import CapacitySource, ModelSpec
+from contextkeep._config import ContextConfig, load_config
+from contextkeep._events import ContextStatus, ModelCompleted
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._summarizers import LLMSummarizer, SummaryRequest
+from contextkeep._tokens import counter_for_model
+from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
 from contextkeep.stores import MemoryStore
-from contextkeep.summarizers import LLMSummarizer, SummaryRequest
-from contextkeep.tokens import counter_for_model
-from contextkeep.usage import Usage
 from support import collect, rounds
 
 QWEN = "Qwen/Qwen2.5-Coder-32B-Instruct"

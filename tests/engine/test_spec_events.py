@@ -23,18 +23,18 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import contextkeep as ck
-from contextkeep import events
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import StoreError
-from contextkeep.events import Event, EventBus
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.metrics import install_metrics
+from contextkeep import _events as events
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import StoreError
+from contextkeep._events import Event, EventBus
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._metrics import install_metrics
+from contextkeep._session import Session
+from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
-from contextkeep.session import Session
 from contextkeep.stores import SQLStore
-from contextkeep.usage import Usage
 from support import collect, rounds, service_unavailable
 
 POSTGRES = os.environ.get("CONTEXTKEEP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -9,15 +9,15 @@ from typing import Any
 import openai
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import SummaryError
-from contextkeep.events import CompressionCompleted, CompressionFailed, Event
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import SummaryError
+from contextkeep._events import CompressionCompleted, CompressionFailed, Event
+from contextkeep._manager import ContextManager
+from contextkeep._summarizers import LLMSummarizer
+from contextkeep._usage import Usage
 from contextkeep.models import OpenAIAdapter
-from contextkeep.summarizers import LLMSummarizer
 from contextkeep.testing import FakeLLMServer
-from contextkeep.usage import Usage
 from support import call, closing, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

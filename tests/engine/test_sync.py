@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import HistoryDivergedError
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import HistoryDivergedError
+from contextkeep._manager import ContextManager
 from support import call, manager, result
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
@@ -129,6 +129,6 @@ async def test_instructions_outside_the_messages_are_counted_in_the_budget(tmp_p
 
 
 async def _neutral(history: list[dict[str, Any]]) -> list[Any]:
-    from contextkeep.formats import from_openai
+    from contextkeep._formats import from_openai
 
     return from_openai(history)

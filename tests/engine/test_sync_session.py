@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from contextkeep import SyncSession
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ContextOverflowError, OverflowPhase
-from contextkeep.events import Event
-from contextkeep.messages import Message
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ContextOverflowError, OverflowPhase
+from contextkeep._events import Event
+from contextkeep._messages import Message
+from contextkeep._session import Session
+from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
-from contextkeep.session import Session
-from contextkeep.usage import Usage
 from support import manager, rounds
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}

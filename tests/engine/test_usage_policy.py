@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.baseline import UsageState, UsageStatus, figures, observe_usage, ui_text
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError
-from contextkeep.events import Event
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._baseline import UsageState, UsageStatus, figures, observe_usage, ui_text
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError
+from contextkeep._events import Event
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._usage import Usage, UsageSource
 from contextkeep.models.adapter import ModelReply
-from contextkeep.usage import Usage, UsageSource
 from support import call, manager, result, rounds
 
 SYSTEM = {"role": "system", "content": "sys"}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from contextkeep.errors import MessageFormatError
-from contextkeep.formats import from_anthropic, from_openai, from_react, to_anthropic, to_openai, to_react
-from contextkeep.messages import ImagePart, Message, TextPart, ToolCall
+from contextkeep._errors import MessageFormatError
+from contextkeep._formats import from_anthropic, from_openai, from_react, to_anthropic, to_openai, to_react
+from contextkeep._messages import ImagePart, Message, TextPart, ToolCall
 from contextkeep.replay.trajectories import load_trajectories, to_swe_agent
 from support import all_trajectory_files, require_shared
 

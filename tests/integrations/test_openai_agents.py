@@ -30,18 +30,18 @@ from agents.usage import Usage
 from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
 from pydantic import BaseModel
 
-from contextkeep.baseline import UsageStatus
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError, HistoryDivergedError
-from contextkeep.events import RecoverySucceeded
-from contextkeep.formats import from_openai
+from contextkeep._baseline import UsageStatus
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError, HistoryDivergedError
+from contextkeep._events import RecoverySucceeded
+from contextkeep._formats import from_openai
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._tokens import counter_for_model
 from contextkeep.integrations._openai_agents_items import ItemHistory, to_items
 from contextkeep.integrations.openai_agents import ContextKeepModel, ContextKeepSession
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
 from contextkeep.testing._errors import overflow_error
-from contextkeep.tokens import counter_for_model
 from support import REPO
 
 set_tracing_disabled(True)

@@ -35,15 +35,15 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from contextkeep import ContextManager, ModelSpec
-from contextkeep.baseline import UsageStatus
-from contextkeep.errors import HistoryDivergedError
-from contextkeep.events import Event
-from contextkeep.formats import to_openai
+from contextkeep._baseline import UsageStatus
+from contextkeep._errors import HistoryDivergedError
+from contextkeep._events import Event
+from contextkeep._formats import to_openai
+from contextkeep._messages import Message
+from contextkeep._tokens import PromptCounter, counter_for_model
 from contextkeep.integrations._pydantic_ai_messages import Converter
 from contextkeep.integrations.pydantic_ai import ContextKeepCapability
-from contextkeep.messages import Message
 from contextkeep.testing._errors import overflow_error
-from contextkeep.tokens import PromptCounter, counter_for_model
 from support import REPO
 
 WINDOW = 32_768

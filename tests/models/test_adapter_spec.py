@@ -8,8 +8,8 @@ from typing import Any
 import anthropic
 import openai
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.messages import Message
+from contextkeep._capabilities import ModelSpec
+from contextkeep._messages import Message
 from contextkeep.models import (
     AnthropicAdapter,
     ModelAdapter,

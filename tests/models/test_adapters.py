@@ -13,9 +13,10 @@ import anthropic
 import openai
 import pytest
 
-from contextkeep.capabilities import CapacitySource
-from contextkeep.errors import ConfigError, ContextOverflowError, ModelError, OverflowPhase
-from contextkeep.messages import Message, ToolCall
+from contextkeep._capabilities import CapacitySource
+from contextkeep._errors import ConfigError, ContextOverflowError, ModelError, OverflowPhase
+from contextkeep._messages import Message, ToolCall
+from contextkeep._usage import UsageSource
 from contextkeep.models import (
     AnthropicAdapter,
     LiteLLMAdapter,
@@ -25,7 +26,6 @@ from contextkeep.models import (
 )
 from contextkeep.models.openai import _StreamAssembly
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from contextkeep.usage import UsageSource
 from support import closing
 
 WINDOW = 200

@@ -17,7 +17,7 @@ import openai
 import pytest
 import tiktoken
 
-from contextkeep.errors import ConfigError
+from contextkeep._errors import ConfigError
 from contextkeep.testing import (
     DEFAULT_SUMMARY_MARKER,
     SUMMARY_FIELDS,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from contextkeep.errors import ContextOverflowError, OverflowPhase
+from contextkeep._errors import ContextOverflowError, OverflowPhase
 from contextkeep.models.overflow import check_silent_truncation, classify_error, classify_exception
 
 IN = OverflowPhase.INPUT_CONTEXT

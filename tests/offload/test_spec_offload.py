@@ -11,16 +11,16 @@ from typing import Any
 import openai
 import pytest
 
-from contextkeep.agent import Agent, Runner, ToolError
-from contextkeep.agent.recall import recall_tool
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig, load_config
-from contextkeep.errors import ConfigError
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._agent import Agent, Runner, ToolError
+from contextkeep._agent.recall import recall_tool
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig, load_config
+from contextkeep._errors import ConfigError
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._offload import ActionSnapshot
+from contextkeep._rounds import split_rounds
 from contextkeep.models import OpenAIAdapter
-from contextkeep.offload import ActionSnapshot
-from contextkeep.rounds import split_rounds
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
 from support import REFERENCE, closing, rounds
 

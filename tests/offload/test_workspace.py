@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.errors import UnsafePathError, WorkspaceError
-from contextkeep.messages import Message
-from contextkeep.offload import FsspecWorkspace, LocalWorkspace, Offloader, Workspace
+from contextkeep._errors import UnsafePathError, WorkspaceError
+from contextkeep._messages import Message
+from contextkeep._offload import FsspecWorkspace, LocalWorkspace, Offloader, Workspace
 
 
 @pytest.fixture(params=["local", "fsspec-memory"])

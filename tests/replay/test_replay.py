@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._manager import ContextManager
+from contextkeep._tokens import HFEncoder, counter_for_model
 from contextkeep.replay.engine import replay
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HFEncoder, counter_for_model
 from support import DEEPSEEK_TOKENIZER, all_trajectory_files, require_shared
 
 # Each case replays a whole shared trajectory.

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from contextkeep.cli.replay import measure, replay_command
-from contextkeep.messages import Message
+from contextkeep._cli.replay import measure, replay_command
+from contextkeep._messages import Message
+from contextkeep._tokens import HeuristicEncoder, HFEncoder, PlainFraming, PromptCounter
+from contextkeep._view import View
 from contextkeep.replay.metrics import (
     CacheModel,
     Pricing,
@@ -21,8 +23,6 @@ from contextkeep.replay.metrics import (
 )
 from contextkeep.replay.presets import PRESETS, get_preset
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HeuristicEncoder, HFEncoder, PlainFraming, PromptCounter
-from contextkeep.view import View
 from support import mini_swe_agent_files, require_shared
 
 TOOL_OUTPUT = "def compute_total_price(items):\n" + "    total += 1\n" * 30 + "raise ValueError(4096)\n# end"

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.events import Event
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._events import Event
+from contextkeep._manager import ContextManager
+from contextkeep._tokens import HFEncoder, counter_for_model
 from contextkeep.replay.engine import replay
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HFEncoder, counter_for_model
 from support import DEEPSEEK_TOKENIZER, mini_swe_agent_files, require_shared
 
 # Each case replays a whole DeepSeek run, twice.

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.cli.serve import demo_settings
-from contextkeep.config import ContextConfig
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._cli.serve import demo_settings
+from contextkeep._config import ContextConfig
+from contextkeep._manager import ContextManager
+from contextkeep._usage import Usage
 from contextkeep.models.openai import OpenAIAdapter
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from contextkeep.usage import Usage
 from support import service_unavailable
 
 # Chromium drives the dashboard while a workload paces through its states.

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from contextkeep.config import ContextConfig
+from contextkeep._config import ContextConfig
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter

@@ -8,15 +8,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError
-from contextkeep.events import ContextStatus
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError
+from contextkeep._events import ContextStatus
+from contextkeep._manager import ContextManager
+from contextkeep._usage import Usage
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
-from contextkeep.usage import Usage
 from support import SSECollector, rounds, types
 
 CONV = "conv-1"

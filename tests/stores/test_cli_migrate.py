@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from contextkeep.cli.migrate import migrate
-from contextkeep.messages import Message
+from contextkeep._cli.migrate import migrate
+from contextkeep._messages import Message
 from contextkeep.stores import _sql_schema, open_store
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from contextkeep.compaction.state import CompactionState
-from contextkeep.messages import Message
-from contextkeep.rounds import split_rounds
+from contextkeep._compaction.state import CompactionState
+from contextkeep._messages import Message
+from contextkeep._rounds import split_rounds
 from contextkeep.stores import open_store
 from support import assert_references_readable, backends, service_unavailable
 from support.store_worker import (

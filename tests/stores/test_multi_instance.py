@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.formats.openai import from_openai
-from contextkeep.rounds import split_rounds
+from contextkeep._formats.openai import from_openai
+from contextkeep._rounds import split_rounds
 from support import assert_references_readable, service_unavailable
 from support.store_worker import (
     SYSTEM,

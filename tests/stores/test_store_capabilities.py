@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from contextkeep.events import StoreSaveFailed
-from contextkeep.messages import Message
+from contextkeep._events import StoreSaveFailed
+from contextkeep._messages import Message
 from contextkeep.stores import Document, MemoryStore, MigratableStore, NamedStore, Store, open_store
 from contextkeep.stores.base import backend_name, reporting_failure
 

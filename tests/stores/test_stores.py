@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from contextkeep.errors import ConfigError, SchemaVersionError, StoreError
-from contextkeep.messages import FilePart, ImagePart, Message, TextPart, ToolCall
+from contextkeep._errors import ConfigError, SchemaVersionError, StoreError
+from contextkeep._messages import FilePart, ImagePart, Message, TextPart, ToolCall
 from contextkeep.stores import (
     Document,
     MemoryStore,

@@ -10,14 +10,12 @@ from typing import Any
 
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.compaction.state import Summary
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ModelError, SummaryError
-from contextkeep.messages import Message, ToolCall
-from contextkeep.models.adapter import ModelReply
-from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.summarizers import (
+from contextkeep._capabilities import ModelSpec
+from contextkeep._compaction.state import Summary
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ModelError, SummaryError
+from contextkeep._messages import Message, ToolCall
+from contextkeep._summarizers import (
     DEFAULT_SUMMARY_FIELDS,
     SUMMARY_MARKER,
     ExtractiveSummarizer,
@@ -25,7 +23,9 @@ from contextkeep.summarizers import (
     SummaryRequest,
     render_summary,
 )
-from contextkeep.tokens import counter_for_model
+from contextkeep._tokens import counter_for_model
+from contextkeep.models.adapter import ModelReply
+from contextkeep.replay.trajectories import load_trajectories
 from support import mini_swe_agent_files, require_shared
 
 COUNTER = counter_for_model("deepseek-chat", "heuristic")

@@ -8,13 +8,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.errors import SummaryError
-from contextkeep.events import Event
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._errors import SummaryError
+from contextkeep._events import Event
+from contextkeep._manager import ContextManager
+from contextkeep._summarizers import LLMSummarizer
 from contextkeep.models import OpenAIAdapter
-from contextkeep.summarizers import LLMSummarizer
 from contextkeep.testing import FakeLLMServer, SummaryFailure
 from support import closing, rounds
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.config import ContextConfig
-from contextkeep.events import Event, EventBus
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.offload import Workspace
-from contextkeep.tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._events import Event, EventBus
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._offload import Workspace
+from contextkeep._tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
 
 EventT = TypeVar("EventT", bound=Event)
 

@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.compaction.state import CompactionState
-from contextkeep.config import ContextConfig
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
-from contextkeep.offload import LocalWorkspace
-from contextkeep.rounds import split_rounds
-from contextkeep.session import Session
+from contextkeep._capabilities import ModelSpec
+from contextkeep._compaction.state import CompactionState
+from contextkeep._config import ContextConfig
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._offload import LocalWorkspace
+from contextkeep._rounds import split_rounds
+from contextkeep._session import Session
+from contextkeep._summarizers import SummaryRequest, SummaryResult
 from contextkeep.stores import Document, RedisStore, SQLStore, Store, open_store
-from contextkeep.summarizers import SummaryRequest, SummaryResult
 
 WORKER = Path(__file__).resolve()
 SERVERS = {

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from contextkeep._tokens import HFEncoder, counter_for_model
+from contextkeep._tokens._onig import VERIFIED_RANGES, translate
+from contextkeep._tokens.framing import FoldState
 from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import HFEncoder, counter_for_model
-from contextkeep.tokens._onig import VERIFIED_RANGES, translate
-from contextkeep.tokens.framing import FoldState
 from support import all_trajectory_files
 
 
@@ -122,7 +122,7 @@ def test_generated_text_counts_the_same(encoder: HFEncoder, reference: Tokenizer
 def test_counts_stay_exact_when_the_piece_memo_starts_over(
     tokenizer_json: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("contextkeep.tokens._pieces._MAX_PIECES", 8)
+    monkeypatch.setattr("contextkeep._tokens._pieces._MAX_PIECES", 8)
     encoder = HFEncoder(tokenizer_json)
     texts = [f"step {i}: ran `pytest -k case_{i}` -> {i * 7} passed, 0 failed\n" * 3 for i in range(40)]
     assert [encoder.count(t) for t in texts * 2] == _reference_counts(reference, texts * 2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from contextkeep.messages import Message
-from contextkeep.tokens import FallbackEncoder, HFEncoder, counter_for_model
+from contextkeep._messages import Message
+from contextkeep._tokens import FallbackEncoder, HFEncoder, counter_for_model
 from support import DEEPSEEK_TOKENIZER, require_shared
 
 

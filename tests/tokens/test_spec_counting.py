@@ -22,12 +22,10 @@ import pytest
 from click.testing import CliRunner
 
 from contextkeep import ContextConfig, ContextManager, ModelSpec
-from contextkeep.cli import main
-from contextkeep.errors import TokenizerError
-from contextkeep.messages import Message
-from contextkeep.replay.accuracy import count_accuracy
-from contextkeep.replay.trajectories import Trajectory, load_trajectories
-from contextkeep.tokens import (
+from contextkeep._cli import main
+from contextkeep._errors import TokenizerError
+from contextkeep._messages import Message
+from contextkeep._tokens import (
     CalibratedCounter,
     CountSource,
     DeepSeekFraming,
@@ -36,7 +34,9 @@ from contextkeep.tokens import (
     PromptCounter,
     counter_for_model,
 )
-from contextkeep.usage import Usage
+from contextkeep._usage import Usage
+from contextkeep.replay.accuracy import count_accuracy
+from contextkeep.replay.trajectories import Trajectory, load_trajectories
 from support import DEEPSEEK_TOKENIZER, call, mini_swe_agent_files, require_shared, result
 
 RUNS: list[Path | None] = [*mini_swe_agent_files()] or [None]

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contextkeep.errors import ConfigError, TokenizerError
-from contextkeep.messages import Message, ToolCall
-from contextkeep.replay.accuracy import count_accuracy
-from contextkeep.replay.trajectories import load_trajectories
-from contextkeep.tokens import (
+from contextkeep._errors import ConfigError, TokenizerError
+from contextkeep._messages import Message, ToolCall
+from contextkeep._tokens import (
     CalibratedCounter,
     CountSource,
     DeepSeekFraming,
@@ -24,6 +22,8 @@ from contextkeep.tokens import (
     encoder_from_spec,
     encoding_for_model,
 )
+from contextkeep.replay.accuracy import count_accuracy
+from contextkeep.replay.trajectories import load_trajectories
 from support import RecordingEncoder, mini_swe_agent_files, require_shared
 
 FILES: list[Path | None] = [*mini_swe_agent_files()] or [None]

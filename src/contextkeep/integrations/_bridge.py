@@ -14,10 +14,10 @@ from typing import Any, Generic, TypeVar
 
 from contextkeep._continuation import fingerprint, with_stable_ids
 from contextkeep._ingest import as_messages
-from contextkeep.messages import Message
-from contextkeep.session import Session, Tools
-from contextkeep.usage import Usage
-from contextkeep.view import View
+from contextkeep._messages import Message
+from contextkeep._session import Session, Tools
+from contextkeep._usage import Usage
+from contextkeep._view import View
 
 __all__ = ["Origins"]
 

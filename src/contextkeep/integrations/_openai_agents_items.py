@@ -23,7 +23,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contextkeep.messages import ContentPart, FilePart, ImagePart, Message, TextPart, ToolCall
+from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, TextPart, ToolCall
 
 __all__ = ["Converted", "Item", "ItemHistory", "reply_message", "to_items"]
 

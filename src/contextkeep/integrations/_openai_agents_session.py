@@ -9,7 +9,7 @@ from typing import cast
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from contextkeep.manager import ContextManager
+from contextkeep._manager import ContextManager
 from contextkeep.stores.base import Document
 
 __all__ = ["SESSION_DOCUMENT", "ContextKeepSession"]

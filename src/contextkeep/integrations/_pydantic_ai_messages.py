@@ -40,8 +40,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.usage import RequestUsage
 
-from contextkeep import messages as ck
-from contextkeep.usage import Usage
+from contextkeep import _messages as ck
+from contextkeep._usage import Usage
 
 __all__ = ["Converter", "Origin", "instructions_of", "reply_message", "tool_dicts", "usage_of"]
 

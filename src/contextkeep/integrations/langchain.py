@@ -43,16 +43,16 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 
-from contextkeep.errors import ContextOverflowError
-from contextkeep.formats import from_openai, to_openai
+from contextkeep._errors import ContextOverflowError
+from contextkeep._formats import from_openai, to_openai
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message, ToolCall
+from contextkeep._session import Session
+from contextkeep._usage import Usage
 from contextkeep.integrations._bridge import Origins
 from contextkeep.integrations._langchain_sync import EngineThread
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message, ToolCall
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.overflow import classify_exception
-from contextkeep.session import Session
-from contextkeep.usage import Usage
 
 __all__ = ["ContextKeepMiddleware", "ConversationId"]
 

@@ -45,7 +45,10 @@ from openai.types.responses import ResponseCompletedEvent, ResponseOutputItemDon
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from contextkeep._continuation import fingerprint
-from contextkeep.errors import ConfigError, ContextOverflowError
+from contextkeep._errors import ConfigError, ContextOverflowError
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._usage import Usage
 from contextkeep.integrations._bridge import Origins
 from contextkeep.integrations._openai_agents_items import (
     Converted,
@@ -55,11 +58,8 @@ from contextkeep.integrations._openai_agents_items import (
     to_items,
 )
 from contextkeep.integrations._openai_agents_session import SESSION_DOCUMENT, ContextKeepSession
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
 from contextkeep.models.adapter import ModelAdapter, ModelReply
 from contextkeep.models.overflow import classify_exception
-from contextkeep.usage import Usage
 
 if TYPE_CHECKING:
     from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest

@@ -30,8 +30,11 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 
-from contextkeep.errors import ConfigError, ContextOverflowError, OverflowPhase
-from contextkeep.events import EventBus, RecoveryFailed, RecoveryStarted, RecoverySucceeded
+from contextkeep._errors import ConfigError, ContextOverflowError, OverflowPhase
+from contextkeep._events import EventBus, RecoveryFailed, RecoveryStarted, RecoverySucceeded
+from contextkeep._manager import ContextManager
+from contextkeep._session import Session
+from contextkeep._view import View
 from contextkeep.integrations._bridge import Origins
 from contextkeep.integrations._pydantic_ai_messages import (
     Converter,
@@ -41,10 +44,7 @@ from contextkeep.integrations._pydantic_ai_messages import (
     tool_dicts,
     usage_of,
 )
-from contextkeep.manager import ContextManager
 from contextkeep.models.overflow import classify_exception
-from contextkeep.session import Session
-from contextkeep.view import View
 
 __all__ = ["ContextKeepCapability"]
 

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.errors import ConfigError, ModelError
+from contextkeep._capabilities import ModelSpec
+from contextkeep._errors import ConfigError, ModelError
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.overflow import check_silent_truncation, classify_exception
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from contextkeep.errors import OverflowPhase
+from contextkeep._errors import OverflowPhase
 
 __all__ = ["RULES", "Rule"]
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.messages import Message
-from contextkeep.usage import Usage
+from contextkeep._capabilities import ModelSpec
+from contextkeep._messages import Message
+from contextkeep._usage import Usage
 
 __all__ = ["ModelAdapter", "ModelReply", "SpecifiedAdapter", "adapter_spec"]
 

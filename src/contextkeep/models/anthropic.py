@@ -12,10 +12,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from contextkeep.capabilities import ModelSpec, aresolve_model_spec
-from contextkeep.errors import ConfigError
-from contextkeep.formats.anthropic import from_anthropic, to_anthropic
-from contextkeep.messages import Message
+from contextkeep._capabilities import ModelSpec, aresolve_model_spec
+from contextkeep._errors import ConfigError
+from contextkeep._formats.anthropic import from_anthropic, to_anthropic
+from contextkeep._messages import Message
+from contextkeep._usage import Usage
 from contextkeep.models._common import (
     anthropic_tool,
     as_mapping,
@@ -24,7 +25,6 @@ from contextkeep.models._common import (
     reject_truncated,
 )
 from contextkeep.models.adapter import ModelReply
-from contextkeep.usage import Usage
 
 if TYPE_CHECKING:
     import anthropic

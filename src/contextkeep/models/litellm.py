@@ -13,9 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.formats.openai import to_openai
-from contextkeep.messages import Message
+from contextkeep._capabilities import ModelSpec
+from contextkeep._formats.openai import to_openai
+from contextkeep._messages import Message
 from contextkeep.models._common import map_sdk_error, missing_extra, openai_tool, reject_truncated
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.openai import parse_completion

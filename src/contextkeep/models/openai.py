@@ -8,7 +8,7 @@ reply = await adapter.complete(view_messages, tools=tools, max_tokens=1024)
 Ollama cuts a prompt longer than its `num_ctx` without an error. With
 ``local_prompt_tokens=`` (our own count of the prompt; `Session.complete`, the runner and
 the proxy pass the view's) and `context_window` set to the `num_ctx` the server runs with,
-a truncated prompt *raises* :class:`~contextkeep.errors.ContextOverflowError` (phase
+a truncated prompt *raises* :class:`~contextkeep.ContextOverflowError` (phase
 INPUT_CONTEXT, provider ``ollama``), and the reply, built from a mutilated prompt, is discarded.
 """
 
@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-from contextkeep.capabilities import ModelSpec, aresolve_model_spec
-from contextkeep.errors import ConfigError
-from contextkeep.formats.openai import to_openai
-from contextkeep.messages import Message, ToolCall
+from contextkeep._capabilities import ModelSpec, aresolve_model_spec
+from contextkeep._errors import ConfigError
+from contextkeep._formats.openai import to_openai
+from contextkeep._messages import Message, ToolCall
+from contextkeep._usage import Usage
 from contextkeep.models._common import (
     ProviderError,
     as_mapping,
@@ -31,7 +32,6 @@ from contextkeep.models._common import (
     reject_truncated,
 )
 from contextkeep.models.adapter import ModelReply
-from contextkeep.usage import Usage
 
 if TYPE_CHECKING:
     import openai

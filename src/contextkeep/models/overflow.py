@@ -2,7 +2,7 @@
 
 When a request still overflows despite budgeting, the provider's error is the only
 evidence of what went wrong. :func:`classify_error` turns a raw HTTP error (status and
-body, as text or parsed JSON) into a :class:`~contextkeep.errors.ContextOverflowError`
+body, as text or parsed JSON) into a :class:`~contextkeep.ContextOverflowError`
 carrying the phase (input, total, output or unknown), the limit and the tokens the
 request needed, or ``None`` when the error is not about length.
 
@@ -42,7 +42,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from contextkeep.errors import ContextOverflowError, OverflowPhase
+from contextkeep._errors import ContextOverflowError, OverflowPhase
 from contextkeep.models._overflow_rules import RULES, Rule
 
 __all__ = ["check_silent_truncation", "classify_error", "classify_exception"]

@@ -10,9 +10,9 @@ from typing import Any
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 
-from contextkeep.errors import ContextKeepError
-from contextkeep.messages import Message
-from contextkeep.tokens import TokenCounter
+from contextkeep._errors import ContextKeepError
+from contextkeep._messages import Message
+from contextkeep._tokens import TokenCounter
 
 __all__ = ["CacheModel", "Pricing", "provider_cached", "provider_prompt", "shared_prefix_tokens"]
 

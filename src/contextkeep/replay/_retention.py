@@ -15,9 +15,9 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextkeep.errors import ContextKeepError
-from contextkeep.messages import Message, message_from_dict
-from contextkeep.offload.workspace import Workspace
+from contextkeep._errors import ContextKeepError
+from contextkeep._messages import Message, message_from_dict
+from contextkeep._offload.workspace import Workspace
 from contextkeep.replay.engine import references_in
 
 __all__ = ["Retention", "RetentionProbe", "extract_terms", "resolve_probe", "searchable"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from contextkeep._tokens import CalibratingCounter, TokenCounter
 from contextkeep.replay.trajectories import Trajectory
-from contextkeep.tokens import CalibratingCounter, TokenCounter
 
 __all__ = ["CallCount", "CountReport", "count_accuracy"]
 

@@ -7,13 +7,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from contextkeep.errors import MalformedHistoryError
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._errors import MalformedHistoryError
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._rounds import split_rounds
+from contextkeep._usage import Usage
+from contextkeep._view import View
 from contextkeep.replay.trajectories import Trajectory
-from contextkeep.rounds import split_rounds
-from contextkeep.usage import Usage
-from contextkeep.view import View
 
 __all__ = ["CallResult", "CallTotals", "ReplayResult", "references_in", "replay"]
 

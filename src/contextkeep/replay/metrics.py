@@ -26,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkeep.messages import Message
-from contextkeep.offload.workspace import Workspace
+from contextkeep._messages import Message
+from contextkeep._offload.workspace import Workspace
+from contextkeep._tokens import TokenCounter
+from contextkeep._view import View
 from contextkeep.replay._pricing import (
     CacheModel,
     Pricing,
@@ -38,8 +40,6 @@ from contextkeep.replay._pricing import (
 from contextkeep.replay._retention import Retention, RetentionProbe, extract_terms, resolve_probe, searchable
 from contextkeep.replay.engine import CallResult, CallTotals, ReplayResult
 from contextkeep.replay.trajectories import Trajectory
-from contextkeep.tokens import TokenCounter
-from contextkeep.view import View
 
 __all__ = [
     "CacheModel",

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkeep.config import ContextConfig
-from contextkeep.errors import ConfigError
-from contextkeep.summarizers import ExtractiveSummarizer
+from contextkeep._config import ContextConfig
+from contextkeep._errors import ConfigError
+from contextkeep._summarizers import ExtractiveSummarizer
 
 __all__ = ["PRESETS", "Preset", "get_preset"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contextkeep.compaction import LayerName
+from contextkeep._compaction import LayerName
 from contextkeep.replay.metrics import TrajectoryMetrics
 
 __all__ = ["ReportEntry", "render_report", "write_report"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextkeep.errors import MessageFormatError
-from contextkeep.formats.openai import from_openai, to_openai
-from contextkeep.messages import Message
+from contextkeep._errors import MessageFormatError
+from contextkeep._formats.openai import from_openai, to_openai
+from contextkeep._messages import Message
 
 __all__ = [
     "MINI_SWE_AGENT_TOOLS",

@@ -3,7 +3,7 @@
 How events reach a browser:
 
 * **In-process** events (from sessions this server runs, i.e. proxied conversations)
-  are forwarded live: the app subscribes to its manager's :class:`~contextkeep.events.EventBus`
+  are forwarded live: the app subscribes to its manager's :class:`~contextkeep.EventBus`
   and fans each event out to the server-sent-event streams.
 * **Cross-process** changes (e.g. ``contextkeep demo`` writing to the same store) are found
   by polling the store every ``poll_interval`` seconds (0.5 by default): transcript length,

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import PlainTextResponse
 
-from contextkeep.baseline import USAGE_DOCUMENT, UsageState
-from contextkeep.errors import UnsafePathError, WorkspaceError
-from contextkeep.messages import message_to_dict
+from contextkeep._baseline import USAGE_DOCUMENT, UsageState
+from contextkeep._errors import UnsafePathError, WorkspaceError
+from contextkeep._messages import message_to_dict
 from contextkeep.server.context import ServerContext, context, known_conversation
 from contextkeep.server.views import current_view, describe_view, usage_report
 

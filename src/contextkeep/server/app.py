@@ -13,9 +13,9 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from contextkeep.capabilities import ModelSpec, aresolve_model_spec, resolve_model_spec
-from contextkeep.config import ContextConfig
-from contextkeep.manager import ContextManager
+from contextkeep._capabilities import ModelSpec, aresolve_model_spec, resolve_model_spec
+from contextkeep._config import ContextConfig
+from contextkeep._manager import ContextManager
 from contextkeep.server.api import router as api_router
 from contextkeep.server.auth import BearerAuth, check_binding
 from contextkeep.server.context import ServerContext

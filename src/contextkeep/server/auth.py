@@ -14,7 +14,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from contextkeep.errors import ConfigError
+from contextkeep._errors import ConfigError
 
 __all__ = ["COOKIE", "BearerAuth", "check_binding", "is_loopback"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
 
-from contextkeep.manager import ContextManager
+from contextkeep._manager import ContextManager
 from contextkeep.server.hub import EventHub
 from contextkeep.server.proxy import Proxy
 from contextkeep.server.reader import Reader

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from contextkeep.events import Event
+from contextkeep._events import Event
 
 __all__ = ["EventHub", "Published"]
 

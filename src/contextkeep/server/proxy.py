@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 
 from contextkeep._continuation import new_messages
-from contextkeep.errors import ContextKeepError, ContextOverflowError, StoreError
-from contextkeep.formats.openai import from_openai
-from contextkeep.manager import ContextManager
-from contextkeep.messages import Message
+from contextkeep._errors import ContextKeepError, ContextOverflowError, StoreError
+from contextkeep._formats.openai import from_openai
+from contextkeep._manager import ContextManager
+from contextkeep._messages import Message
+from contextkeep._session import Session
 from contextkeep.server.upstream import UpstreamAdapter, upstream_headers
 from contextkeep.server.views import describe_message
-from contextkeep.session import Session
 
 __all__ = ["ChatRequest", "Proxy", "router"]
 

@@ -7,9 +7,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from contextkeep.baseline import scope_key
-from contextkeep.manager import ContextManager
-from contextkeep.session import Session
+from contextkeep._baseline import scope_key
+from contextkeep._manager import ContextManager
+from contextkeep._session import Session
 
 __all__ = ["Reader"]
 

@@ -23,15 +23,15 @@ from typing import Any
 
 import httpx
 
-from contextkeep.capabilities import ModelSpec
-from contextkeep.errors import ContextOverflowError, ModelError
-from contextkeep.formats.openai import from_openai, to_openai
-from contextkeep.messages import Message
+from contextkeep._capabilities import ModelSpec
+from contextkeep._errors import ContextOverflowError, ModelError
+from contextkeep._formats.openai import from_openai, to_openai
+from contextkeep._messages import Message
+from contextkeep._usage import Usage
 from contextkeep.models._common import reject_truncated
 from contextkeep.models.adapter import ModelReply
 from contextkeep.models.openai import _StreamAssembly
 from contextkeep.models.overflow import classify_error
-from contextkeep.usage import Usage
 
 __all__ = [
     "STARTED",

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextkeep.baseline import figures, ui_text
-from contextkeep.compaction.builder import REF_KEY
-from contextkeep.compaction.render import TRUNCATION_MARKER
-from contextkeep.events import ContextStatus
-from contextkeep.messages import Message, message_to_dict
-from contextkeep.session import Session
+from contextkeep._baseline import figures, ui_text
+from contextkeep._compaction.builder import REF_KEY
+from contextkeep._compaction.render import TRUNCATION_MARKER
+from contextkeep._events import ContextStatus
+from contextkeep._messages import Message, message_to_dict
+from contextkeep._session import Session
 
 __all__ = [
     "CurrentView",

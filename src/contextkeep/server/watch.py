@@ -17,12 +17,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contextkeep.baseline import figures
-from contextkeep.events import CompressionCompleted, CompressionRequired, Event, ModelCompleted
+from contextkeep._baseline import figures
+from contextkeep._events import CompressionCompleted, CompressionRequired, Event, ModelCompleted
+from contextkeep._session import Session
 from contextkeep.server.hub import EventHub
 from contextkeep.server.reader import Reader
 from contextkeep.server.views import current_view
-from contextkeep.session import Session
 
 __all__ = ["StoreWatcher"]
 

@@ -24,7 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from contextkeep.errors import StoreError
+from contextkeep._errors import StoreError
 
 __all__ = ["Database", "async_url"]
 

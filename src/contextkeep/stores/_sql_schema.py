@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from contextkeep.errors import SchemaVersionError
+from contextkeep._errors import SchemaVersionError
 
 __all__ = ["MIGRATIONS", "Migration", "Tables", "latest_version", "make_tables", "run_migrations"]
 

@@ -8,7 +8,7 @@ kind `compaction`, usage baselines under kind `usage` with a scope key), and
 Every write is compare-and-set: `append` names the transcript length it expects
 and `save_document` the version it read. A stale expectation returns `False`
 and writes nothing; read-then-blind-write is never done. Any other failure
-raises (:class:`~contextkeep.errors.StoreError` from the built-in stores).
+raises (:class:`~contextkeep.StoreError` from the built-in stores).
 
 Two capabilities are optional, each a typed sub-protocol of :class:`Store`: a
 :class:`NamedStore` names its backend (`sqlite`, `redis`, ...), which events and
@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from contextkeep.events import StoreSaveFailed
-from contextkeep.messages import Message
+from contextkeep._events import StoreSaveFailed
+from contextkeep._messages import Message
 
 __all__ = ["Document", "MigratableStore", "NamedStore", "Store", "backend_name", "reporting_failure"]
 

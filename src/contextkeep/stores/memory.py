@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contextkeep.messages import Message
+from contextkeep._messages import Message
 from contextkeep.stores.base import Document
 
 __all__ = ["MemoryStore"]

@@ -28,8 +28,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from contextkeep.errors import ConfigError, SchemaVersionError, StoreError
-from contextkeep.messages import Message, message_from_dict, message_json
+from contextkeep._errors import ConfigError, SchemaVersionError, StoreError
+from contextkeep._messages import Message, message_from_dict, message_json
 from contextkeep.stores.base import Document
 
 __all__ = ["DEFAULT_KEY_PREFIX", "SCHEMA_VERSION", "RedisStore"]

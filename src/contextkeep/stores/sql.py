@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from contextkeep.errors import ConfigError, StoreError
-from contextkeep.messages import Message, message_from_dict, message_json
+from contextkeep._errors import ConfigError, StoreError
+from contextkeep._messages import Message, message_from_dict, message_json
 from contextkeep.stores._sql_engine import Database, async_url
 from contextkeep.stores._sql_schema import ID_LENGTH, KIND_LENGTH, make_tables, run_migrations
 from contextkeep.stores.base import Document

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from contextkeep.errors import ConfigError
+from contextkeep._errors import ConfigError
 from contextkeep.stores.base import MigratableStore, Store
 
 __all__ = ["SCHEMES", "default_store_url", "migrate", "open_store"]

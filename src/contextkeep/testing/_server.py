@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, Self, get_args
 
-from contextkeep.errors import ConfigError
+from contextkeep._errors import ConfigError
+from contextkeep._tokens.encoders import Encoder
 from contextkeep.testing._errors import (
     Fault,
     OverflowFormat,
@@ -42,7 +43,6 @@ from contextkeep.testing._summary import (
     summary_reply,
 )
 from contextkeep.testing._tokens import count_output, default_counter, truncate_output
-from contextkeep.tokens.encoders import Encoder
 
 __all__ = ["Counter", "FakeLLMServer", "RecordedRequest"]
 

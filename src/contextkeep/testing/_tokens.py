@@ -14,7 +14,7 @@ from typing import Any
 
 import tiktoken
 
-from contextkeep.tokens.encoders import Encoder
+from contextkeep._tokens.encoders import Encoder
 
 __all__ = [
     "MESSAGE_FRAMING_TOKENS",

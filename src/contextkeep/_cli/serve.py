@@ -1,0 +1,100 @@
+"""`contextkeep serve`: the dashboard, the REST/event API and (with --upstream) the proxy."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import click
+
+from contextkeep._demo.run import DEMO_AGENT, DEMO_CONFIG, DEMO_MODEL, DEMO_WINDOW, demo_home
+from contextkeep._errors import ContextKeepError
+from contextkeep.stores import default_store_url
+
+if TYPE_CHECKING:
+    from contextkeep.server import ServerSettings
+
+__all__ = ["demo_settings", "serve"]
+
+
+def demo_settings(settings: ServerSettings) -> ServerSettings:
+    """`settings` pointed at what `contextkeep demo` writes: its model, window, config and embedded store."""
+    return replace(
+        settings,
+        store=settings.store or default_store_url(),
+        workspace=settings.workspace or str(demo_home() / "workspace"),
+        model=DEMO_MODEL,
+        window=DEMO_WINDOW,
+        config=DEMO_CONFIG,
+        tokenizer="heuristic",
+        agent_id=DEMO_AGENT,
+        agent_version="1",
+    )
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535), help="Port.")
+@click.option("--store", default=None, help="Store URL (default: the embedded SQLite store).")
+@click.option("--workspace", default=None, help="Workspace folder for offloaded content.")
+@click.option("--upstream", default=None, help="OpenAI-compatible base URL (…/v1) to proxy to.")
+@click.option(
+    "--token",
+    default=None,
+    envvar="CONTEXTKEEP_TOKEN",
+    help="Bearer token required by every request (required off loopback). Env: CONTEXTKEEP_TOKEN.",
+)
+@click.option("--model", default="default", show_default=True, help="Model key the context is budgeted for.")
+@click.option("--window", default=None, type=click.IntRange(1), help="Context window (default: upstream).")
+@click.option(
+    "--agent-id", default="default", show_default=True, help="Agent id of the usage baselines to show."
+)
+@click.option("--agent-version", default="0", show_default=True, help="Agent version of those baselines.")
+@click.option(
+    "--demo", is_flag=True, help="Watch `contextkeep demo` runs (its model, window, settings and store)."
+)
+def serve(
+    host: str,
+    port: int,
+    store: str | None,
+    workspace: str | None,
+    upstream: str | None,
+    token: str | None,
+    model: str,
+    window: int | None,
+    agent_id: str,
+    agent_version: str,
+    demo: bool,
+) -> None:
+    """Serve the dashboard and API; with --upstream, also a context-managing chat-completions proxy."""
+    try:
+        import uvicorn
+
+        from contextkeep.server import ServerSettings, create_app
+        from contextkeep.server.background import ContextServer
+    except ImportError as exc:
+        hint = "pip install 'contextkeep[server]'"
+        click.echo(f"error: serve needs the server extra: {hint} ({exc})", err=True)
+        sys.exit(2)
+    settings = ServerSettings(
+        host=host,
+        store=store,
+        workspace=workspace,
+        upstream=upstream,
+        token=token,
+        model=model,
+        window=window,
+        agent_id=agent_id,
+        agent_version=agent_version,
+    )
+    if demo:
+        settings = demo_settings(settings)
+    try:
+        app = create_app(settings)
+    except ContextKeepError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"contextkeep dashboard: http://{host}:{port}/" + ("?token=…" if token else ""))
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+    ContextServer(config, app).run()  # ends open event streams on Ctrl+C instead of waiting for them

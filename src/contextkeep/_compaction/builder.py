@@ -1,0 +1,303 @@
+"""Deriving the view: what the model sees, from (transcript, compaction state, config).
+
+The view is, in order: the system preamble (through the `on_system_prompt`
+hooks), the pinned first user message, the summary, the dropped-rounds marker,
+and every round from the cut on, with old tool outputs masked (L1) and over-long
+ones truncated (L0). Every derived message is kept per transcript index; when a
+boundary moves, only the messages between its old and new place are derived
+again, so building the view for call N costs work proportional to what was
+appended since call N-1 (or to what the compaction changed).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import replace
+
+from contextkeep._compaction.ingest import truncate_tool_result
+from contextkeep._compaction.render import detail_reference, dropped_marker, masked_output
+from contextkeep._compaction.state import CompactionState
+from contextkeep._compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
+from contextkeep._config import ContextConfig
+from contextkeep._messages import ImagePart, Message, TextPart
+from contextkeep._rounds import Round, current_turn_start
+from contextkeep._tokens import TokenCounter
+
+__all__ = [
+    "REF_KEY",
+    "SystemPromptHook",
+    "ViewBuilder",
+    "default_progress_hook",
+    "first_droppable",
+]
+
+REF_KEY = "ck_ref"
+"""Metadata key of a message's (or part's) offload reference, set when it is added."""
+
+
+def first_droppable(rounds: Sequence[Round], pin_first_user: bool) -> int:
+    """Transcript index of the first message compaction may remove."""
+    start = 0
+    for r in rounds:
+        if r.kind == "system" and r.index == 0:
+            start = r.end
+            continue
+        if pin_first_user and r.kind == "user":
+            return r.end
+        return start
+    return start
+
+
+class ViewBuilder:
+    """Builds views for one conversation, caching derived messages between calls."""
+
+    def __init__(
+        self,
+        config: ContextConfig,
+        counter: TokenCounter,
+        hooks: Sequence[SystemPromptHook] = (default_progress_hook,),
+        window: int | None = None,
+    ) -> None:
+        self.config = config
+        self.counter = counter
+        self.system = SystemPrompt(hooks)
+        """The `on_system_prompt` hooks and their resolved results."""
+        self.window = window
+        """The model's context window (layer 0's limit is capped at a share of it)."""
+        # Every transcript message from `_base` on, as the boundaries `_marks` say to show it.
+        self._base = 0
+        self._marks = (0, 0)
+        self._masked: tuple[int, ...] = ()
+        self._shown: list[Message] = []
+        self._varying: list[int] = []
+        """Positions in `_shown` of the messages the boundaries act on (long tool outputs, media)."""
+        self._derived: dict[tuple[str, object, bool, bool], Message] = {}
+        self._sources: dict[str, Message] = {}
+        self._heads: dict[tuple[str, str | None, object, str], Message] = {}
+        self._derived_for = _derivation(config, window)
+
+    def _forget_if_reconfigured(self, config: ContextConfig) -> None:
+        """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
+        if _derivation(config, self.window) != self._derived_for:
+            self._derived_for, self._shown, self._varying = _derivation(config, self.window), [], []
+            self._derived.clear()
+            self._sources.clear()
+
+    async def resolve_system(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        *,
+        config: ContextConfig | None = None,
+    ) -> None:
+        """Run the `on_system_prompt` hooks (async ones awaited) for the views `state` leads to.
+
+        Call it before building whenever the transcript or state may have changed (sessions do
+        when they load); building then only reads the results. `config` is the one the views
+        will be built with (by default the builder's).
+        """
+        config = self.config if config is None else config
+        if _preamble_end(rounds):
+            await self.system.resolve(transcript[0].text, state.progress, self._progress_shown(state, config))
+
+    def build(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        *,
+        config: ContextConfig | None = None,
+    ) -> list[Message]:
+        """The view for `state` under `config` (by default the builder's): a pure function, cached."""
+        config = self.config if config is None else config
+        return [
+            *self.head(transcript, rounds, state, config=config),
+            *self.body(transcript, rounds, state, config=config),
+        ]
+
+    def head(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        *,
+        config: ContextConfig | None = None,
+    ) -> list[Message]:
+        """Preamble, pinned task, summary and dropped-rounds marker."""
+        config = self.config if config is None else config
+        self._forget_if_reconfigured(config)
+        out: list[Message] = []
+        preamble_end = _preamble_end(rounds)
+        for i in range(preamble_end):
+            m = transcript[i]
+            if i == 0:
+                text = self.system.text(m.text, state.progress[: self._progress_shown(state, config)])
+                m = m if text == m.text else self._made(m, text)
+            out.append(m)
+        if state.minimal:
+            return out
+        start = first_droppable(rounds, config.pin_first_user)
+        cut = max(state.cut, start)
+        if cut > start and config.pin_first_user and start > preamble_end:
+            out.extend(self._derive(transcript[i], i, state, config) for i in range(preamble_end, start))
+        if state.summary is not None:
+            text = config.summary_template.format(summary=state.summary.text)
+            if state.summary.reference:
+                text += "\n" + detail_reference(state.summary.reference)
+            out.append(self._made(Message(config.summary_role, metadata={"ck_kind": "summary"}), text))
+        summarised = state.summary.cursor if state.summary else 0
+        if state.drop_cursor > max(summarised, start):
+            first = max(summarised, start)
+            dropped = sum(1 for r in rounds if first <= r.start < state.drop_cursor)
+            text = dropped_marker(
+                dropped,
+                transcript[first].id or str(first),
+                transcript[state.drop_cursor - 1].id or "",
+                state.drop_reference,
+            )
+            out.append(self._made(Message("user", metadata={"ck_kind": "dropped"}), text))
+        turn = current_turn_start(rounds) if config.keep_recent_turns is None else None
+        if turn is not None and start <= turn < cut:  # the current task stays in view, whatever is cut
+            out.append(self._derive(transcript[turn], turn, state, config))
+        return out
+
+    @staticmethod
+    def _progress_shown(state: CompactionState, config: ContextConfig) -> int:
+        """How many completed steps the system prompt shows (`progress_in_prompt`)."""
+        return len(state.progress) if config.progress_in_prompt == "always" else state.progress_shown
+
+    def body(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        *,
+        config: ContextConfig | None = None,
+    ) -> list[Message]:
+        """Rounds from the cut on, masked and truncated as the state says."""
+        config = self.config if config is None else config
+        self._forget_if_reconfigured(config)
+        base = _preamble_end(rounds)
+        start = max(state.cut, first_droppable(rounds, config.pin_first_user)) if state.cut else base
+        marks = (state.mask_boundary, max(state.mask_boundary, state.image_boundary))
+        shown, varying = self._shown, self._varying
+        if base != self._base or len(shown) > len(transcript) - base:
+            self._base, shown, varying = base, [], []  # a different conversation shape: start over
+        elif marks != self._marks or state.masked != self._masked:
+            self._rederive(transcript, base, state, marks, config)
+        self._marks, self._masked = marks, state.masked
+        for i in range(base + len(shown), len(transcript)):
+            m = transcript[i]
+            if self._maskable(m, config) or not (m.content is None or isinstance(m.content, str)):
+                varying.append(i - base)
+            shown.append(self._derive(m, i, state, config))
+        self._shown, self._varying = shown, varying
+        return shown[start - base :]
+
+    def _rederive(
+        self,
+        transcript: Sequence[Message],
+        base: int,
+        state: CompactionState,
+        marks: tuple[int, int],
+        config: ContextConfig,
+    ) -> None:
+        """Derive again the shown messages whose masking the new state changes."""
+        shown, varying = self._shown, self._varying
+        if marks != self._marks:
+            # Only long tool outputs and media between the old and the new boundaries change how they show.
+            low = max(min(*marks, *self._marks) - base, 0)
+            high = min(max(*marks, *self._marks) - base, len(shown))
+            for j in varying[bisect_left(varying, low) : bisect_left(varying, high)]:
+                shown[j] = self._derive(transcript[base + j], base + j, state, config)
+        for i in set(state.masked).symmetric_difference(self._masked):  # masked (or unmasked) one by one
+            if 0 <= i - base < len(shown):
+                shown[i - base] = self._derive(transcript[i], i, state, config)
+
+    def _made(self, base: Message, text: str) -> Message:
+        """`base` with `text`, the same object while the text stays (the head is rebuilt every call)."""
+        key = (base.key, base.id, base.metadata.get("ck_kind"), text)
+        made = self._heads.get(key)
+        if made is None:
+            if len(self._heads) > 256:
+                self._heads.clear()
+            made = self._heads[key] = base.with_text(text)
+        return made
+
+    def as_added(self, m: Message, index: int, *, config: ContextConfig | None = None) -> Message:
+        """How `m`, added at transcript index `index`, shows before any compaction reaches it (layer 0)."""
+        return self._derive(m, index, _NOTHING_COMPACTED, config)
+
+    def masked_shadow(self, shown: Message) -> Message | None:
+        """The masked form of a tool output the view shows verbatim now (None for anything else).
+
+        The token counter's `warm` counts it in the framing context its message was counted in,
+        so the compaction pass that masks the message finds its count cached.
+        """
+        source = self._sources.get(shown.key)
+        return None if source is None else self._derive(source, 0, _MASK_ALL)
+
+    def _derive(
+        self, m: Message, index: int, state: CompactionState, config: ContextConfig | None = None
+    ) -> Message:
+        """A transcript message as the view shows it (cached: a compaction pass re-derives many)."""
+        config = self.config if config is None else config
+        # Normalised flags: a message that masking cannot shorten shares one cache entry.
+        masked = (index < state.mask_boundary or index in state.masked) and self._maskable(m, config)
+        media = index < max(state.mask_boundary, state.image_boundary) and bool(m.media)
+        key = (m.key, m.metadata.get(REF_KEY), masked, media)
+        cached = self._derived.get(key)
+        if cached is None:
+            if len(self._derived) > 16_384:
+                self._derived.clear()
+                self._sources.clear()
+            cached = self._derived[key] = self._transform(m, masked, media, config)
+            if not masked and self._maskable(m, config):
+                self._sources[cached.key] = m
+        return cached if cached.id == m.id else replace(cached, id=m.id)
+
+    @staticmethod
+    def _maskable(m: Message, config: ContextConfig) -> bool:
+        return m.role == "tool" and len(m.text) > config.truncated_observation_max_chars
+
+    def _transform(self, m: Message, masked: bool, media: bool, config: ContextConfig) -> Message:
+        if m.role == "tool":
+            reference = m.metadata.get(REF_KEY)
+            text = m.text
+            if masked:
+                ref = reference or "(not offloaded)"
+                m = m.with_text(masked_output(text, config.truncated_observation_max_chars, ref))
+            else:
+                limit = config.result_limit(self.window)
+                truncated = truncate_tool_result(text, limit, self.counter, reference)
+                if truncated is not None:
+                    m = m.with_text(truncated)
+        return _without_media(m) if media and not isinstance(m.content, str) else m
+
+
+_NOTHING_COMPACTED = CompactionState()
+_MASK_ALL = CompactionState(mask_boundary=1 << 62)
+"""A state under which every maskable message is masked (derivation ignores the index otherwise)."""
+
+
+def _derivation(config: ContextConfig, window: int | None) -> tuple[int, int]:
+    return config.truncated_observation_max_chars, config.result_limit(window)
+
+
+def _preamble_end(rounds: Sequence[Round]) -> int:
+    return rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
+
+
+def _without_media(m: Message) -> Message:
+    assert not isinstance(m.content, str) and m.content is not None
+    parts = [p if isinstance(p, TextPart) else TextPart(_media_note(p)) for p in m.content]
+    return replace(m, content=tuple(parts))
+
+
+def _media_note(part: object) -> str:
+    kind = "image" if isinstance(part, ImagePart) else "file"
+    extra = getattr(part, "extra", {})
+    reference = str(extra.get(REF_KEY) or getattr(part, "url", ""))
+    return f"[{kind} removed from view] {detail_reference(reference)}"
