@@ -1,0 +1,203 @@
+"""A contextkeep view mapped back onto an ADK request's contents.
+
+A view message the compaction left as it was is matched, through its transcript id, with the
+history message (and so the request content) it came from. Consecutive messages of one content
+go back into one content, so parallel results stay together; a content whose messages are all
+unchanged is the request's own object (thought signatures and whatever else ADK or the provider
+put in it survive), a changed one is a new content keeping the original parts it can (function
+calls, the result's call id and name), and one the view made (the summary, the dropped-rounds
+marker) is a new text content.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from google.genai import types
+
+from contextkeep._messages import ContentPart, Message, TextPart
+from contextkeep.integrations._adk_contents import Converted
+
+__all__ = ["Rebuilt"]
+
+_Member = tuple[Message, int, bool]
+"""A view message, the index of its history message (-1: none), and whether the view left it as it was."""
+_RESULTS, _ALONE = -1, -2
+"""Owners of messages without a history message: results (grouped together), any other (alone)."""
+
+
+class Rebuilt:
+    """One conversation's views mapped back onto request contents.
+
+    Contents built for messages the view changed or made are kept while the view shows them
+    (ADK rebuilds its request for every call, the view's masked messages stay the same), so a
+    long masked history costs a lookup per content, not a rebuild. At most `limit` are kept.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        """How many built contents are kept."""
+        self._built: dict[tuple[str, ...], types.Content] = {}
+
+    def contents(
+        self, view: Sequence[Message], transcript: Sequence[Message], synced: Converted
+    ) -> list[types.Content]:
+        """`view` as contents of the request `synced` came from, on its own objects where unchanged.
+
+        `transcript` is the session's, after the sync of `synced`: its newest messages are the
+        history's, and the view names them by their transcript ids. A message with no history
+        message behind it (made by the view, or older than where the history stops matching the
+        transcript) is built from itself, calls and all; consecutive results go into one content.
+        """
+        at = _aligned(transcript, synced.messages)
+        places, messages = synced.places, synced.messages
+        out: list[types.Content] = []
+        group: list[_Member] = []
+        owner = _ALONE
+        for m in view:
+            i = at.get(m.id) if m.id is not None else None
+            here = places[i].content if i is not None else _RESULTS if m.role == "tool" else _ALONE
+            if group and (here != owner or here == _ALONE):
+                out.append(self._flush(group, owner, view, at, synced))
+                group = []
+            if i is not None and places[i].share == 1 and messages[i].key == m.key:
+                out.append(synced.contents[here])  # the usual case: the request's own content
+                continue
+            group.append((m, -1 if i is None else i, i is not None and messages[i].key == m.key))
+            owner = here
+        if group:
+            out.append(self._flush(group, owner, view, at, synced))
+        return out
+
+    def _flush(
+        self,
+        group: Sequence[_Member],
+        owner: int,
+        view: Sequence[Message],
+        at: Mapping[str, int],
+        synced: Converted,
+    ) -> types.Content:
+        if owner >= 0:
+            return self._regroup(group, synced)
+        key = tuple(m.key for m, _, _ in group)
+        calls = _calls(view, at, synced) if owner == _RESULTS else {}
+        return self._built_for(key, partial(_made, [m for m, _, _ in group], calls))
+
+    def _regroup(self, group: Sequence[_Member], synced: Converted) -> types.Content:
+        place = synced.places[group[0][1]]
+        content = synced.contents[place.content]
+        if all(same for _, _, same in group):
+            if len(group) == place.share:
+                return content
+        elif not any(same for _, _, same in group):  # nothing of this request's own: built once
+            key = tuple(m.key for m, _, _ in group)
+            return self._built_for(key, partial(_content, content, group, synced))
+        return _content(content, group, synced)
+
+    def _built_for(self, key: tuple[str, ...], build: Callable[[], types.Content]) -> types.Content:
+        built = self._built.get(key)
+        if built is None:
+            if len(self._built) >= self.limit:
+                self._built.clear()
+            built = self._built[key] = build()
+        return built
+
+
+def _aligned(transcript: Sequence[Message], history: Sequence[Message]) -> dict[str, int]:
+    """Transcript id -> index in `history`, matching both from the newest message back."""
+    at: dict[str, int] = {}
+    for stored, i in zip(reversed(transcript), range(len(history) - 1, -1, -1), strict=False):
+        if stored.id is None or stored.key != history[i].key:
+            break
+        at[stored.id] = i
+    return at
+
+
+def _originals(content: types.Content, parts: Sequence[int]) -> list[types.Part]:
+    own = content.parts or []
+    return [own[j] for j in parts]
+
+
+def _content(content: types.Content, group: Sequence[_Member], synced: Converted) -> types.Content:
+    parts: list[types.Part] = []
+    for m, i, same in group:
+        originals = _originals(content, synced.places[i].parts)
+        parts += originals if same else _changed(m, originals)
+    return types.Content(role=content.role, parts=parts)
+
+
+def _calls(
+    view: Sequence[Message], at: Mapping[str, int], synced: Converted
+) -> dict[str, types.FunctionCall]:
+    """The ADK call behind each call id of the view (a result the view made names its call)."""
+    out: dict[str, types.FunctionCall] = {}
+    for m in view:
+        i = at.get(m.id) if m.tool_calls and m.id is not None else None
+        if i is not None:
+            place = synced.places[i]
+            originals = _originals(synced.contents[place.content], place.parts)
+            adk = [p.function_call for p in originals if p.function_call is not None]
+            out.update(zip((c.id for c in m.tool_calls), adk, strict=False))
+    return out
+
+
+def _changed(m: Message, originals: Sequence[types.Part]) -> list[types.Part]:
+    """The parts of a message the view changed (a tool result masked or cut, an image replaced)."""
+    result = originals[0].function_response if m.role == "tool" else None
+    if result is not None:
+        update = {"function_response": result.model_copy(update={"response": {"result": m.text}})}
+        return [originals[0].model_copy(update=update)]
+    thoughts = [p for p in originals if p.thought] if m.reasoning else []
+    return [*thoughts, *_new_parts(m), *(p for p in originals if p.function_call is not None)]
+
+
+def _made(group: Sequence[Message], calls: Mapping[str, types.FunctionCall]) -> types.Content:
+    """A content built from messages alone: consecutive results, or one other message."""
+    first = group[0]
+    if first.role == "tool":  # a result answers the request's own call, when it is there, by its id
+        found = [calls.get(m.tool_call_id or "") for m in group]
+        results = [
+            types.FunctionResponse(
+                id=call.id if call is not None else m.tool_call_id,
+                name=m.name or (call.name if call is not None else None),
+                response={"result": m.text},
+            )
+            for m, call in zip(group, found, strict=True)
+        ]
+        return types.Content(role="user", parts=[types.Part(function_response=r) for r in results])
+    calls_made = [
+        types.Part(function_call=types.FunctionCall(id=c.id, name=c.name, args=_args(c.arguments)))
+        for c in first.tool_calls
+    ]
+    return types.Content(
+        role="model" if first.role == "assistant" else "user", parts=_new_parts(first) + calls_made
+    )
+
+
+def _new_parts(m: Message) -> list[types.Part]:
+    if m.content is None:
+        return []
+    if isinstance(m.content, str):
+        return [types.Part(text=m.content)]
+    return [_new_part(p) for p in m.content]
+
+
+def _new_part(p: ContentPart) -> types.Part:
+    if isinstance(p, TextPart):
+        return types.Part(text=p.text)
+    if p.url.startswith("data:") and ";base64," in p.url:
+        head, data = p.url[5:].split(";base64,", 1)
+        return types.Part(inline_data=types.Blob(data=base64.b64decode(data), mime_type=head or p.media_type))
+    return types.Part(file_data=types.FileData(file_uri=p.url, mime_type=p.media_type))
+
+
+def _args(arguments: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {"arguments": arguments}
+    return parsed if isinstance(parsed, dict) else {"arguments": parsed}
