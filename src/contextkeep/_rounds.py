@@ -86,6 +86,17 @@ class RoundTracker:
         other._turn = self._turn
         return other
 
+    def unique_id(self, wanted: str) -> str:
+        """`wanted`, or the first `wanted.N` no message uses yet (a caller may have taken it); claimed.
+
+        Deterministic in the messages seen, so every instance assigns the same ids.
+        """
+        mid, n = wanted, 1
+        while mid in self._message_ids:
+            mid, n = f"{wanted}.{n}", n + 1
+        self._message_ids.add(mid)
+        return mid
+
     def check(self, message: Message, index: int | None = None) -> None:
         """Raise `MalformedHistoryError` if `message` cannot be appended; change nothing."""
         self._problem(message, self._count if index is None else index, raise_=True)

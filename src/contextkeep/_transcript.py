@@ -70,7 +70,11 @@ class Transcript:
             tracker = self.tracker.copy()
             accepted, repairs = append_repaired(tracker, batch, policy)
             base = len(self.messages)
-            stamped = [m if m.id else replace(m, id=f"m{base + i:06d}") for i, m in enumerate(accepted)]
+            # Ids are unique per conversation: an automatic one never reuses an id a caller gave.
+            stamped = [
+                m if m.id else replace(m, id=tracker.unique_id(f"m{base + i:06d}"))
+                for i, m in enumerate(accepted)
+            ]
             answered = set(self._answered)
             stamped = [await ingest(m, answered) for m in stamped]
             write = self.store.append(self.conversation_id, stamped, expected_length=base)
