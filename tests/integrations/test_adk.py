@@ -233,6 +233,10 @@ class ScriptedModel(BaseLlm):
     def seen(self) -> list[Seen]:
         return self._seen
 
+    def begin(self) -> None:
+        """A user message arrives: a new task starts."""
+        self._left = self.calls
+
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
@@ -248,9 +252,6 @@ class ScriptedModel(BaseLlm):
         yield self._reply(llm_request, billed)
 
     def _reply(self, request: LlmRequest, billed: int) -> LlmResponse:
-        last = request.contents[-1].parts or []
-        if any(p.text for p in last):  # a user message: a new task
-            self._left = self.calls
         if self._left > 0:
             self._left -= 1
             calls = [{"index": self._issued + j} for j in range(1, self.parallel + 1)]
@@ -314,6 +315,7 @@ class Agent:
         await self.sessions.create_session(app_name=APP, user_id=USER, session_id=session_id)
 
     async def ask(self, session_id: str, text: str, config: RunConfig | None = None) -> list[Any]:
+        self.model.begin()
         message = types.Content(role="user", parts=[types.Part(text=text)])
         run = self.runner.run_async(
             user_id=USER, session_id=session_id, new_message=message, run_config=config
@@ -500,7 +502,8 @@ async def test_each_agent_of_a_team_has_its_own_transcript(
             yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
 
     cm = managers()
-    reader = LlmAgent(name="reader", model=ScriptedModel(billing=billing, calls=3), tools=[read_chunk])
+    model = ScriptedModel(billing=billing, calls=3)
+    reader = LlmAgent(name="reader", model=model, tools=[read_chunk])
     lead = LlmAgent(name="lead", model=Delegating(model="delegating"), sub_agents=[reader])
     sessions = InMemorySessionService()
     runner = Runner(
@@ -508,6 +511,7 @@ async def test_each_agent_of_a_team_has_its_own_transcript(
     )
     await sessions.create_session(app_name=APP, user_id=USER, session_id="team")
     for text in ["Read three chunks.", "And three more."]:  # the second turn goes to the reader directly
+        model.begin()
         message = types.Content(role="user", parts=[types.Part(text=text)])
         _ = [e async for e in runner.run_async(user_id=USER, session_id="team", new_message=message)]
 
@@ -539,6 +543,7 @@ async def test_a_failed_tool_call_continues_in_a_fork(managers: Managers, billin
     )
     await runner.session_service.create_session(app_name=APP, user_id=USER, session_id="flaky")
     for text in ["Read three chunks.", "Try again."]:
+        model.begin()
         message = types.Content(role="user", parts=[types.Part(text=text)])
         try:
             _ = [e async for e in runner.run_async(user_id=USER, session_id="flaky", new_message=message)]
@@ -553,6 +558,37 @@ async def test_a_failed_tool_call_continues_in_a_fork(managers: Managers, billin
     assert s.transcript[-1].text == "Read 5 chunks; the build is clean."
 
 
+async def test_a_dynamic_instruction_stays_out_of_the_transcript(
+    managers: Managers, billing: PromptCounter
+) -> None:
+    """Beside a `static_instruction`, ADK sends the instruction as a user content at the current turn."""
+    model = ScriptedModel(billing=billing, calls=30)
+    reader = LlmAgent(
+        name="reader",
+        model=model,
+        tools=[read_chunk],
+        static_instruction="You read build logs.",
+        instruction="Today is {day}.",
+    )
+    sessions, plugin = InMemorySessionService(), ContextKeepPlugin(managers())
+    runner = Runner(app=App(name=APP, root_agent=reader, plugins=[plugin]), session_service=sessions)
+    agent = Agent(model, runner, sessions)
+    await sessions.create_session(app_name=APP, user_id=USER, session_id="dynamic", state={"day": "Monday"})
+
+    await agent.ask("dynamic", "Read 30 chunks.")
+
+    s = await plugin.session("dynamic")
+    assert s.conversation_id == "dynamic"  # the history continued the transcript at every call: no fork
+    await assert_follows(s, agent, "dynamic")
+    last = [json.loads(seen.contents)[-1]["parts"][0].get("text", "") for seen in model.seen[1:]]
+    assert all("Today is Monday." in text for text in last)  # where ADK put it: after the latest results
+    assert (
+        len(model.seen) == 31
+        and all(o.orphans == 0 for o in model.seen)
+        and max(o.billed for o in model.seen) <= BUDGET
+    )
+
+
 async def test_an_image_the_view_masks_is_sent_as_its_reference(
     managers: Managers, billing: PromptCounter
 ) -> None:
@@ -563,6 +599,7 @@ async def test_an_image_the_view_masks_is_sent_as_its_reference(
     task = types.Content(
         role="user", parts=[types.Part(text="Read 20 chunks; the screenshot shows the error."), picture]
     )
+    agent.model.begin()
     _ = [e async for e in agent.runner.run_async(user_id=USER, session_id="image", new_message=task)]
 
     first, last = sent.requests[0][0], sent.requests[-1][0]

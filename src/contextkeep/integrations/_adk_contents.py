@@ -32,7 +32,7 @@ from google.genai import types
 from contextkeep._continuation import with_stable_ids
 from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, TextPart, ToolCall
 
-__all__ = ["Converted", "History", "Place", "instructions_of", "message_of", "tools_of"]
+__all__ = ["Converted", "History", "Place", "instructions_of", "message_of", "request_scoped", "tools_of"]
 
 _Piece = tuple[Message, tuple[int, ...]]
 """A message and the indexes of the content's parts it came from."""
@@ -196,9 +196,25 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def instructions_of(config: types.GenerateContentConfig | None) -> str | None:
-    """The system instruction's text (ADK sends it beside the contents)."""
-    value: Any = None if config is None else config.system_instruction
+def request_scoped(contents: Sequence[types.Content], user_content: types.Content | None) -> list[int]:
+    """Indexes of the contents ADK put in for this request only, not from the session's events.
+
+    ADK inserts them at the current turn: after the latest function response, or before the
+    message that started the invocation. So they are the user contents after the latest model
+    content or function response, other than that message.
+    """
+    latest = -1
+    for i, c in enumerate(contents):
+        if c.role == "model" or any(p.function_response is not None for p in c.parts or ()):
+            latest = i
+    return [i for i in range(latest + 1, len(contents)) if contents[i] != user_content]
+
+
+def instructions_of(config: types.GenerateContentConfig | types.Content | None) -> str | None:
+    """The text of a system instruction (ADK sends it beside the contents), or of a content."""
+    value: Any = (
+        config if isinstance(config, types.Content) else None if config is None else config.system_instruction
+    )
     if value is None:
         return None
     if isinstance(value, types.Content):

@@ -83,7 +83,7 @@ class Rebuilt:
     ) -> types.Content:
         if owner >= 0:
             return self._regroup(group, synced)
-        key = tuple(m.key for m, _, _ in group)
+        key = ("made", *(m.key for m, _, _ in group))
         calls = _calls(view, at, synced) if owner == _RESULTS else {}
         return self._built_for(key, partial(_made, [m for m, _, _ in group], calls))
 
@@ -94,7 +94,7 @@ class Rebuilt:
             if len(group) == place.share:
                 return content
         elif not any(same for _, _, same in group):  # nothing of this request's own: built once
-            key = tuple(m.key for m, _, _ in group)
+            key = ("changed", *(m.key for m, _, _ in group))
             return self._built_for(key, partial(_content, content, group, synced))
         return _content(content, group, synced)
 

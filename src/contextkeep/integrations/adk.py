@@ -28,10 +28,12 @@ from typing import Any, TypeVar
 
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
 
 from contextkeep._continuation import with_stable_ids
@@ -42,7 +44,14 @@ from contextkeep._messages import Message
 from contextkeep._session import Session
 from contextkeep._usage import Usage
 from contextkeep._view import View
-from contextkeep.integrations._adk_contents import Converted, History, instructions_of, message_of, tools_of
+from contextkeep.integrations._adk_contents import (
+    Converted,
+    History,
+    instructions_of,
+    message_of,
+    request_scoped,
+    tools_of,
+)
 from contextkeep.integrations._adk_view import Rebuilt
 from contextkeep.models.overflow import classify_exception
 
@@ -99,23 +108,36 @@ class _Conversation:
         """The local count of the view last sent."""
         self.prepared = False
         """Whether the request now at the model was prepared here (its reply is then recorded)."""
+        self.scoped: list[tuple[types.Content, int]] = []
+        """The request's own contents (not history), each with how many history contents follow it."""
 
-    async def prepare(self, request: LlmRequest, *, fork: bool) -> None:
-        """Sync the request's history, prepare the view and put it into the request."""
+    async def prepare(self, request: LlmRequest, scoped: Sequence[int], *, fork: bool) -> None:
+        """Sync the request's history, prepare the view and put it into the request.
+
+        `scoped` are the indexes of contents that belong to this request only (ADK's dynamic
+        instruction beside a `static_instruction`, preloaded memory): they are counted like the
+        system instruction, kept out of the transcript, and put back where they were.
+        """
         config = request.config
         self.prepared = False
         self.tools, self.max_tokens = tools_of(config), config.max_output_tokens
-        self.synced = self.history.convert(request.contents)
-        await self.session.sync(
-            self.synced.messages, tools=self.tools, instructions=instructions_of(config), fork=fork
-        )
+        contents = request.contents
+        history = [c for i, c in enumerate(contents) if i not in scoped]
+        self.scoped = [(contents[i], len(contents) - i - 1 - sum(j > i for j in scoped)) for i in scoped]
+        self.synced = self.history.convert(history)
+        outside = [instructions_of(config), *(instructions_of(c) for c, _ in self.scoped)]
+        instructions = "\n\n".join(text for text in outside if text) or None
+        await self.session.sync(self.synced.messages, tools=self.tools, instructions=instructions, fork=fork)
         self.apply(request, await self.session.prepare(tools=self.tools, max_tokens=self.max_tokens))
         self.prepared = True
 
     def apply(self, request: LlmRequest, view: View) -> None:
         """Replace the request's contents with `view`, on the request's own objects where unchanged."""
         self.tokens = view.tokens
-        request.contents = self.rebuilt.contents(view.neutral, self.session.transcript, self.synced)
+        contents = self.rebuilt.contents(view.neutral, self.session.transcript, self.synced)
+        for content, after in self.scoped:
+            contents.insert(len(contents) - after, content)
+        request.contents = contents
 
     async def record(self, response: LlmResponse) -> None:
         """Append the reply, with the call ids the next sync derives for it, and its usage."""
@@ -175,6 +197,19 @@ class _Conversation:
             requested=overflow.requested,
             **more,
         )
+
+
+def _scopes(invocation: InvocationContext) -> bool:
+    """Whether ADK puts request-scoped contents into this agent's requests."""
+    agent, run_config = invocation.agent, invocation.run_config
+    if run_config is not None and run_config.model_input_context:
+        return True
+    if not isinstance(agent, LlmAgent):
+        return False
+    dynamic = bool(
+        agent.static_instruction and agent.instruction
+    )  # the instruction then goes to the contents
+    return dynamic or any(isinstance(tool, PreloadMemoryTool) for tool in agent.tools)
 
 
 async def _call_again(context: CallbackContext, request: LlmRequest) -> LlmResponse:
@@ -253,11 +288,13 @@ class ContextKeepPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
         """Sync the request's history and replace its contents with the prepared view."""
-        agent = callback_context.get_invocation_context().agent
+        invocation = callback_context.get_invocation_context()
+        agent = invocation.agent
         if isinstance(agent, LlmAgent) and agent.include_contents == "none":
             return None  # the request holds the current turn only: nothing to keep in the window
+        scoped = request_scoped(llm_request.contents, invocation.user_content) if _scopes(invocation) else []
         conversation = await self._conversation(self.conversation_id(callback_context))
-        await conversation.prepare(llm_request, fork=self.fork)
+        await conversation.prepare(llm_request, scoped, fork=self.fork)
         return None
 
     async def after_model_callback(
