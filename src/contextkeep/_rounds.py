@@ -15,6 +15,7 @@ session never re-splits the history. A history that breaks pairing raises
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -182,10 +183,11 @@ def current_turn_start(rounds: Sequence[Round], earlier: int = 0) -> int | None:
     With `earlier`, the start of that many complete turns before the current one (as far
     back as there are turns).
     """
-    users = [r for r in rounds if r.kind == "user"]
-    if not users:
+    if not rounds or rounds[-1].turn == 0:
         return None
-    return users[max(len(users) - 1 - earlier, 0)].start
+    # `turn` never decreases and a turn's user round is its first: a bisection, not a scan (every view asks).
+    wanted = max(rounds[-1].turn - earlier, 1)
+    return rounds[bisect_left(rounds, wanted, key=lambda r: r.turn)].start
 
 
 def split_rounds(messages: Sequence[Message]) -> list[Round]:

@@ -6,7 +6,15 @@ import pytest
 
 from contextkeep._errors import MalformedHistoryError
 from contextkeep._messages import Message, ToolCall
-from contextkeep._rounds import Repair, RepairPolicy, RoundTracker, repair_history, split_rounds
+from contextkeep._formats import from_openai
+from contextkeep._rounds import (
+    Repair,
+    RepairPolicy,
+    RoundTracker,
+    current_turn_start,
+    repair_history,
+    split_rounds,
+)
 from contextkeep.replay.trajectories import load_trajectories
 from support import mini_swe_agent_files, require_shared
 
@@ -147,3 +155,19 @@ def test_shared_trajectories_split_into_complete_rounds(path) -> None:
         assert calls - r.pending == results
     # The recording ends on the submit call, whose result was never fed back.
     assert all(r.complete for r in rounds[:-1])
+
+
+def test_current_turn_start_finds_the_user_message_that_opened_each_turn() -> None:
+    history = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "a"},
+        {"role": "system", "content": "a note between turns"},
+        {"role": "user", "content": "two"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": "c"},
+    ]
+    rounds = split_rounds(from_openai(history))
+    assert [current_turn_start(rounds, earlier) for earlier in (0, 1, 2, 5)] == [6, 4, 1, 1]
+    assert current_turn_start(split_rounds(from_openai(history[:1]))) is None
