@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contextkeep._errors import MalformedHistoryError
-from contextkeep._messages import Message, ToolCall
 from contextkeep._formats import from_openai
+from contextkeep._messages import Message, ToolCall
 from contextkeep._rounds import (
     Repair,
     RepairPolicy,
