@@ -13,7 +13,11 @@ __all__ = ["truncate_tool_result"]
 
 
 def truncate_tool_result(text: str, limit: int, counter: TokenCounter, reference: str | None) -> str | None:
-    """Head and tail of `text` within `limit` tokens, then the marker; `None` if it fits already."""
+    """Head and tail of `text` within `limit` tokens, then the marker; `None` if it fits already.
+
+    Also `None` when the marker would not pay for itself: a result just over the limit stays
+    whole rather than come back longer than it was.
+    """
     if len(text.encode()) <= limit:  # a token is at least one byte: no need to count
         return None
     tokens = counter.count_text(text)
@@ -29,5 +33,6 @@ def truncate_tool_result(text: str, limit: int, counter: TokenCounter, reference
         tail = chars // 3
         kept = f"{text[:head]}\n...\n{text[len(text) - tail :] if tail else ''}"
         if counter.count_text(kept) <= budget or chars <= 16:
-            return f"{kept}\n{reminder}"
+            truncated = f"{kept}\n{reminder}"
+            return truncated if counter.count_text(truncated) < tokens else None
         chars = int(chars * 0.85)

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from contextkeep._baseline import BaselineFigures, UsageState, UsageStatus, ui_text
+from contextkeep._config import ContextConfig
 from contextkeep._events import Event
 
-__all__ = ["Display"]
+__all__ = ["Display", "settings_lines"]
 
 _STATES = {
     "normal": "normal",
@@ -18,6 +19,31 @@ _STATES = {
     "critical": "CRITICAL",
     "overflow": "OVERFLOW",
 }
+
+
+def settings_lines(config: ContextConfig, window: int | None) -> list[str]:
+    """The thresholds the demo runs under, once, as shares of the one budget every line shows."""
+    if window is None:
+        return ["window: the model's own (read from the provider); thresholds are ContextConfig's"]
+    budget = window - config.reserved_tokens
+    lines = [
+        f"window {window:,} tokens − {config.reserved_tokens:,} reserved for the reply = "
+        f"a {budget:,}-token budget; every % below is of this budget",
+    ]
+    trigger = f"{config.warning_threshold:.0%}"
+    if config.trigger_ratio is not None:  # AgentScope's trigger is a share of the window
+        tokens = int(config.trigger_ratio * window)
+        trigger = (
+            f"{tokens / budget:.0%} ({tokens:,} tokens: trigger_ratio {config.trigger_ratio} × the window)"
+        )
+    lines += [
+        f"compacts (L1 mask, L2 drop, L3 summary) when a view passes {trigger} or the provider's "
+        f"confirmed usage passes {config.compression_threshold_ratio:.0%}, down to {config.target_ratio:.0%}",
+        f"indicator: WARNING from {config.warning_threshold:.0%}, ERROR from {config.error_threshold:.0%}, "
+        f"CRITICAL from {config.critical_threshold:.0%}; L0 cuts tool results over "
+        f"{config.result_limit(window):,} tokens",
+    ]
+    return lines
 
 
 @dataclass
@@ -48,6 +74,12 @@ class Display:
         handler = getattr(self, "_" + event.type.replace(".", "_"), None)
         if handler is not None:
             handler(event.to_dict())
+
+    def settings(self, config: ContextConfig, window: int | None) -> None:
+        """Print the settings once, before the first call."""
+        for line in settings_lines(config, window):
+            self._print(line)
+        self._print("")
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -107,9 +139,9 @@ class Display:
         self._print(f"           ✓ provider usage: {self.last_usage}")
 
     def _model_recovery_started(self, e: dict[str, Any]) -> None:
-        numbers = f"{e['phase']}: {e['requested']} > {e['limit']}"
         self._print(
-            f"           ⚠ provider said the context is too long ({numbers}) — compacting and retrying"
+            f"           ⚠ provider said the context is too long ({e['phase']}: it counted "
+            f"{e['requested']:,} tokens against its limit of {e['limit']:,}) — compacting and retrying"
         )
 
     def _model_recovery_succeeded(self, e: dict[str, Any]) -> None:

@@ -110,6 +110,9 @@ async def run_demo(
             adapter = await OpenAIAdapter.create(
                 str(model), base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"), context_window=window
             )
+        display.settings(
+            DEMO_CONFIG if server is not None else ContextConfig(), DEMO_WINDOW if server else window
+        )
         agent = Agent(
             DEMO_AGENT,
             adapter,

@@ -58,11 +58,14 @@ def _kind(m: Message, original: Message | None) -> str | None:
     marked = m.metadata.get("ck_kind")
     if isinstance(marked, str):
         return marked
-    if original is None or original.text == m.text:
+    if original is None:
         return None
-    if TRUNCATION_MARKER in m.text:
-        return "truncated"
-    return "masked" if m.role == "tool" else "media_removed"
+    if m.role == "tool" and original.text != m.text:
+        return "truncated" if TRUNCATION_MARKER in m.text else "masked"
+    # Only what really lost an image or file says so; any other change is a plain rewrite.
+    if len(m.media) < len(original.media):
+        return "media_removed"
+    return None if original.text == m.text else "rewritten"
 
 
 def describe_message(m: Message, original: Message | None = None) -> dict[str, Any]:

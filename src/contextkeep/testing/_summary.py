@@ -70,23 +70,48 @@ def _file_paths(text: str) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+_NEW_MESSAGES = "\n\nNew messages:\n"
+_PREVIOUS_JSON = "Previous summary (JSON):\n"
+_ROLE_LINE = re.compile(r"^\[(user|assistant|system|tool result)\b[^\]]*\] ?(.*)")
+
+
+def _previous_and_new(texts: list[str]) -> tuple[dict[str, Any], str]:
+    """The previous summary's data and the new messages, when the request is `LLMSummarizer`'s."""
+    prompt = texts[-1] if texts else ""
+    if _NEW_MESSAGES not in prompt:
+        return {}, "\n".join(texts)
+    before, new = prompt.split(_NEW_MESSAGES, 1)
+    previous: dict[str, Any] = {}
+    if before.startswith(_PREVIOUS_JSON):
+        try:
+            loaded = json.loads(before[len(_PREVIOUS_JSON) :])
+        except ValueError:
+            loaded = None
+        previous = loaded if isinstance(loaded, dict) else {}
+    return previous, new
+
+
 def summary_reply(body: Mapping[str, Any], marker: str = DEFAULT_SUMMARY_MARKER) -> Reply:
-    """A valid JSON summary with the five fields, built only from the request's own text."""
+    """A valid JSON summary with the five fields, built only from the request's own text.
+
+    From `LLMSummarizer`'s prompt it keeps the previous summary's task and summarises only the
+    new messages; every field holds something (no empty section).
+    """
     messages = [m for m in body.get("messages") or [] if m.get("role") not in ("system", "developer")]
     texts = [content_text(m.get("content")).replace(marker, "") for m in messages]
-    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
-    first_user = next(
-        (t for m, t in zip(messages, texts, strict=True) if m.get("role") == "user" and t.strip()),
-        "",
-    )
-    task = first_user.strip().splitlines()[0] if first_user.strip() else ""
-    paths = _file_paths("\n".join(texts))
+    previous, new = _previous_and_new(texts)
+    lines = [line.strip() for line in new.splitlines() if line.strip()]
+    tagged = [match for line in lines if (match := _ROLE_LINE.match(line))]
+    first_user = next((m.group(2) for m in tagged if m.group(1) == "user" and m.group(2)), None)
+    task = previous.get("task_overview") or first_user or (lines[0] if lines else "(no task stated yet)")
+    paths = _file_paths(new)
+    files = ", ".join(paths) if paths else "none"
     summary = {
         "task_overview": task,
-        "current_state": " | ".join(lines[-3:]),
-        "important_discoveries": "Files: " + (", ".join(paths) if paths else "none"),
+        "current_state": " | ".join(lines[-3:]) if lines else "nothing new since the previous summary",
+        "important_discoveries": f"Files: {files}",
         "next_steps": f"Continue from: {lines[-1]}" if lines else "Start the task.",
-        "context_to_preserve": f"{len(messages)} messages summarised; files: {', '.join(paths)}",
+        "context_to_preserve": f"{len(tagged) or len(messages)} messages summarised; files: {files}",
     }
     return Reply(text=json.dumps(summary, ensure_ascii=False))
 

@@ -3,7 +3,7 @@ import { h, tokens } from "./dom.js";
 
 const LABELS = {
   summary: "summary", dropped: "dropped rounds", masked: "masked output", truncated: "truncated",
-  media_removed: "media removed", synthetic: "synthesized result",
+  media_removed: "media removed", rewritten: "rewritten", synthetic: "synthesized result",
 };
 
 function toolCalls(message) {
