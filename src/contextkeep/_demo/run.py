@@ -163,13 +163,16 @@ def _overflow_once(server: FakeLLMServer, display: Display) -> Any:
             return
         if display.calls >= 12 and data["ratio"] is not None and data["ratio"] > 0.3:
             armed[0] = False
-            used = data["used"]
             print(
                 "           [demo] the provider will reject the next call as too long (simulated)", flush=True
             )
+            # Its real window, with a hidden overhead of a quarter of the view on its side.
+            reply = DEMO_CONFIG.reserved_tokens
+            prompt = DEMO_WINDOW - reply + data["used"] // 4
             message = (
-                f"This model's maximum context length is {used} tokens. However, your messages resulted in "
-                f"{int(used * 1.25)} tokens. Please reduce the length of the messages."
+                f"This model's maximum context length is {DEMO_WINDOW} tokens. However, you requested "
+                f"{prompt + reply} tokens ({prompt} in the messages, {reply} in the completion). "
+                "Please reduce the length of the messages or completion."
             )
             body = {
                 "error": {
