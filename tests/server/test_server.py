@@ -56,7 +56,7 @@ async def client(tmp_path):
     m = make_manager(tmp_path)
     await fill(m)
     app = create_app(ServerSettings(), manager=m)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -68,7 +68,7 @@ async def test_usage_lists_every_scope_that_recorded_a_call(tmp_path: Path) -> N
         view = await s.prepare()
         await s.record({"role": "assistant", "content": "looks fine"}, Usage(view.tokens, 7))
     app = create_app(ServerSettings(), manager=m)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
         scopes = (await c.get(f"/api/conversations/{CONV}/usage")).json()
         assert (await c.get("/api/conversations/nope/usage")).status_code == 404
     assert [(u["scope"], u["served"]) for u in scopes] == [
@@ -116,13 +116,15 @@ async def test_references_open_and_refuse_leaving_the_workspace(client, tmp_path
         refused = await client.get(f"/api/conversations/{CONV}/references/{bad}")
         assert refused.status_code == 400, (bad, refused.text)
         assert "top secret" not in refused.text
-    assert (await client.get(f"/api/conversations/{CONV}/references/sessions/x/none.txt")).status_code == 404
+    assert (
+        await client.get(f"/api/conversations/{CONV}/references/sessions/{CONV}/none.txt")
+    ).status_code == 404
 
 
 async def test_bearer_token_protects_everything(tmp_path):
     app = create_app(ServerSettings(token="s3cret"), manager=make_manager(tmp_path))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
         for path in ("/api/conversations", "/openapi.json", "/", "/app.js", "/api/events"):
             assert (await c.get(path)).status_code == 401, path
         assert (

@@ -2,7 +2,8 @@
 
 Object stores cannot append: `context.jsonl` is rewritten whole on each offload
 there (one writer per session at a time is assumed, as the compaction lease
-guarantees).
+guarantees). A torn last line (a write that failed midway on a filesystem that
+can append) is fenced off with a newline, as `LocalWorkspace` does.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from contextkeep._errors import WorkspaceError
-from contextkeep._offload._paths import safe_relative
-from contextkeep._offload.workspace import Workspace
+from contextkeep._offload._paths import confine, split_reference
+from contextkeep._offload.workspace import Workspace, storage_errors
 
 __all__ = ["FsspecWorkspace"]
 
@@ -33,35 +34,40 @@ class FsspecWorkspace(Workspace):
 
     def locate(self, reference: str) -> str:
         """The reference's URL under the workspace's root URL."""
-        return f"{self.url}/{safe_relative(reference)}"
+        return f"{self.url}/{split_reference(confine(reference))[0]}"
 
     def _full(self, path: str) -> str:
         return f"{self.root}/{path}"
 
     def _append(self, path: str, data: bytes) -> None:
         old = self._read(path) or b""
-        self._replace(path, old + data)
+        fence = b"\n" if old and not old.endswith(b"\n") else b""
+        self._replace(path, old + fence + data)
 
     def _create(self, path: str, data: bytes) -> bool:
-        if self.fs.exists(self._full(path)):
-            return False
+        with storage_errors("create", path):
+            if self.fs.exists(self._full(path)):
+                return False
         self._replace(path, data)
         return True
 
     def _replace(self, path: str, data: bytes) -> None:
         full = self._full(path)
-        self.fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
-        self.fs.pipe_file(full, data)
+        with storage_errors("write", path):
+            self.fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(full, data)
 
     def _read(self, path: str) -> bytes | None:
-        try:
-            data: bytes = self.fs.cat_file(self._full(path))
-        except FileNotFoundError:
-            return None
+        with storage_errors("read", path):
+            try:
+                data: bytes = self.fs.cat_file(self._full(path))
+            except FileNotFoundError:
+                return None
         return data
 
     def _list(self, folder: str) -> list[str]:
-        try:
-            return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(self._full(folder), detail=False))
-        except FileNotFoundError:
-            return []
+        with storage_errors("list", folder):
+            try:
+                return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(self._full(folder), detail=False))
+            except FileNotFoundError:
+                return []

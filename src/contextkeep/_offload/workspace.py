@@ -13,27 +13,37 @@ A reference into `context.jsonl` names the message ids it covers
 (`sessions/s/context.jsonl#m000004..m000019`). Writes are append-only or
 create-new; a message already in `context.jsonl` is never appended twice, so a
 compaction retried after a crash duplicates nothing.
+
+An append is whole or fails with `WorkspaceError`: a short write is continued, and a
+line torn by a crash or a full disk is fenced off by the next append, so readers skip
+exactly that line (with a warning) and the messages it held are written again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from contextkeep._errors import WorkspaceError
 from contextkeep._messages import Message, message_json
-from contextkeep._offload._paths import safe_relative, safe_segment
+from contextkeep._offload._paths import DATA_DIR, confine, safe_segment, split_reference
 from contextkeep._offload.snapshot import ActionSnapshot
 
 __all__ = ["LocalWorkspace", "Workspace"]
 
+logger = logging.getLogger("contextkeep.workspace")
 _STEP = re.compile(r"^step_(\d+)_")
 
 
@@ -51,7 +61,12 @@ class Workspace(ABC):
 
     # Primitives (blocking; run in a worker thread).
     @abstractmethod
-    def _append(self, path: str, data: bytes) -> None: ...
+    def _append(self, path: str, data: bytes) -> None:
+        """Append whole lines: from a fresh line (a torn tail is fenced off), all of them, durably.
+
+        Anything less raises `WorkspaceError`; bytes written before the failure may stay.
+        """
+
     @abstractmethod
     def _create(self, path: str, data: bytes) -> bool:
         """Write a new file; False if it exists already."""
@@ -102,7 +117,8 @@ class Workspace(ABC):
                 try:
                     await asyncio.to_thread(self._append, path, lines.encode())
                 except BaseException:
-                    known.difference_update(m.id for m in fresh if m.id)  # not written: offer them again
+                    # Some lines may have landed whole, one torn: the file says which, next time.
+                    del self._known_ids[session_id]
                     raise
         return self.context_ref(session_id, messages)
 
@@ -114,7 +130,8 @@ class Workspace(ABC):
 
     async def offload_data(self, data: bytes, ext: str) -> str:
         """Store bytes under their SHA-256 (stored once however often offloaded); return the reference."""
-        ref = f"data/{hashlib.sha256(data).hexdigest()}.{safe_segment(ext.lstrip('.') or 'bin', 'extension')}"
+        suffix = safe_segment(ext.lstrip(".") or "bin", "extension")
+        ref = f"{DATA_DIR}/{hashlib.sha256(data).hexdigest()}.{suffix}"
         await asyncio.to_thread(self._create, ref, data)
         return ref
 
@@ -144,56 +161,95 @@ class Workspace(ABC):
                 if await asyncio.to_thread(self._create, ref, body.encode()):
                     return step, ref
 
-    async def resolve(self, session_id: str, reference: str) -> str | None:
-        """`reference` if it belongs to the session (or to the shared data files), else None."""
-        return reference if reference.startswith((self.session_dir(session_id) + "/", "data/")) else None
+    async def resolve(self, session_id: str, reference: str) -> str:
+        """`reference` normalised, if it is the session's (or a shared data file); else `UnsafePathError`."""
+        return confine(reference, self.session_dir(session_id))
 
     async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
-        """Text behind a reference, from character `offset`, at most `limit` characters."""
-        path = safe_relative(reference)
+        """Text behind a reference, from character `offset`, at most `limit` characters.
+
+        A JSON-lines file reads as its valid lines (a torn one is skipped with a warning),
+        only those of the reference's `#first..last` span when it names one.
+        """
+        path, span = split_reference(confine(reference))
         raw = await asyncio.to_thread(self._read, path)
         if raw is None:
             raise WorkspaceError(f"nothing stored at {reference!r}")
         text = raw.decode("utf-8", errors="replace")
-        if "#" in reference and path.endswith(".jsonl"):
-            text = _select_span(text, reference.split("#", 1)[1])
+        if path.endswith(".jsonl"):
+            text = "".join(f"{line}\n" for line, _ in _records(text, reference, span))
         return text[offset : None if limit is None else offset + limit]
 
     async def _ids_in(self, session_id: str, path: str) -> set[str]:
         if session_id not in self._known_ids:
-            # A torn last line from a crash is skipped: its messages are written again.
-            records = json_lines(await asyncio.to_thread(self._read, path))
+            # A torn line is skipped: its messages count as not written, and are written again.
+            records = json_lines(await asyncio.to_thread(self._read, path), path)
             self._known_ids[session_id] = {i for r in records if (i := r.get("id"))}
         return self._known_ids[session_id]
 
 
-def json_lines(raw: bytes | None) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (None: missing); a torn line from a crash is skipped."""
-    records = []
-    for line in (raw or b"").decode(errors="replace").splitlines():
+Record = tuple[str, dict[str, Any]]
+"""A valid line of a JSON-lines file and its object."""
+
+
+def json_lines(raw: bytes | None, where: str = "a JSON-lines file") -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (None: missing); a torn line is skipped with a warning."""
+    return [record for _, record in _records((raw or b"").decode(errors="replace"), where)]
+
+
+def _records(text: str, where: str, span: str | None = None) -> list[Record]:
+    """The valid lines of JSON-lines `text` and their objects, one warning naming those skipped.
+
+    With `span` (`first..last`), only the records from id `first` to id `last`, in file order.
+    """
+    first, _, last = (span or "").partition("..")
+    inside = span is None
+    records: list[Record] = []
+    torn: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # holds nothing, so nothing was lost
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            torn.append(number)
             continue
-        if isinstance(record, dict):
-            records.append(record)
+        mid = record.get("id")
+        inside = inside or mid == first
+        if inside:
+            records.append((line, record))
+            if span is not None and mid == (last or first):
+                break
+    if torn:
+        logger.warning(
+            "%s: skipped %d unreadable line(s) (torn by a crash or a full disk?), line %s",
+            where,
+            len(torn),
+            ", ".join(map(str, torn[:5])),
+        )
     return records
 
 
-def _select_span(text: str, span: str) -> str:
-    first, _, last = span.partition("..")
-    out, inside = [], False
-    for line in text.splitlines():
-        try:
-            mid = json.loads(line).get("id")
-        except json.JSONDecodeError:
-            continue
-        inside = inside or mid == first
-        if inside:
-            out.append(line)
-        if mid == (last or first):
-            break
-    return "\n".join(out) + ("\n" if out else "")
+@contextmanager
+def storage_errors(action: str, path: str) -> Iterator[None]:
+    """Any `OSError` inside becomes a `WorkspaceError` naming `path` and the errno (ENOSPC, EROFS, ...)."""
+    try:
+        yield
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        raise WorkspaceError(f"could not {action} {path!r}: {code} ({exc.strerror or exc})") from exc
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`: a short write (a full disk, a size limit) is continued, or raises."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if not written:
+            raise OSError(errno.ENOSPC, "the write made no progress")
+        view = view[written:]
 
 
 class LocalWorkspace(Workspace):
@@ -205,7 +261,7 @@ class LocalWorkspace(Workspace):
 
     def locate(self, reference: str) -> str:
         """The reference's absolute path under the workspace root."""
-        return str(self._path(safe_relative(reference)))
+        return str(self._path(split_reference(confine(reference))[0]))
 
     def _path(self, relative: str) -> Path:
         path = (self.root / relative).resolve()
@@ -219,39 +275,67 @@ class LocalWorkspace(Workspace):
         return path
 
     def _append(self, path: str, data: bytes) -> None:
-        # One write() on an O_APPEND descriptor: concurrent appenders never interleave a batch.
-        fd = os.open(self._prepare(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with storage_errors("append to", path):
+            fd = os.open(self._prepare(path), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                # Appenders of every process take turns, so the tail checked is the one written after
+                # (closing the descriptor releases the lock, also when a holder is killed).
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # A crash or a full disk tore the last line. A newline, in the same write as
+                    # the batch, fences it off as one line readers skip: nothing is truncated, so
+                    # no fence can destroy bytes (another writer's, or its own if it dies), and a
+                    # torn fence is fenced again by the next append.
+                    data = b"\n" + data
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _create(self, path: str, data: bytes) -> bool:
-        try:
-            fd = os.open(self._prepare(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return True
+        with storage_errors("create", path):
+            target = self._prepare(path)
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return False
+            try:
+                _write_durably(fd, data)
+            except OSError:
+                target.unlink(missing_ok=True)  # ours and incomplete: a retry creates it whole
+                raise
+            return True
 
     def _replace(self, path: str, data: bytes) -> None:
-        target = self._prepare(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
+        with storage_errors("write", path):
+            target = self._prepare(path)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+            try:
+                _write_durably(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), data)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def _read(self, path: str) -> bytes | None:
-        try:
-            return self._path(path).read_bytes()
-        except FileNotFoundError:
-            return None
+        with storage_errors("read", path):
+            try:
+                return self._path(path).read_bytes()
+            except FileNotFoundError:
+                return None
 
     def _list(self, folder: str) -> list[str]:
-        try:
-            return sorted(os.listdir(self._path(folder)))
-        except FileNotFoundError:
-            return []
+        with storage_errors("list", folder):
+            try:
+                return sorted(os.listdir(self._path(folder)))
+            except FileNotFoundError:
+                return []
+
+
+def _write_durably(fd: int, data: bytes) -> None:
+    """All of `data` into the new file `fd`, on disk; `fd` is closed."""
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

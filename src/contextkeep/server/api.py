@@ -140,9 +140,11 @@ async def reference(
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
     limit: Annotated[int | None, Query(ge=1, le=2**31)] = None,
 ) -> PlainTextResponse:
-    """The text behind a reference, read through the workspace (paths outside it are refused)."""
+    """The text behind one of the conversation's references (paths outside its folder are refused)."""
+    workspace = ck.manager.workspace
     try:
-        text = await ck.manager.workspace.read(reference, offset=offset, limit=limit)
+        own = await workspace.resolve(conversation_id, reference)
+        text = await workspace.read(own, offset=offset, limit=limit)
     except UnsafePathError as exc:
         raise HTTPException(400, str(exc)) from exc
     except WorkspaceError as exc:
