@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+from contextkeep._budget import check_reserve
 from contextkeep._capabilities import Capacity, ModelSpec, resolve_model_spec
 from contextkeep._compaction.builder import SystemPromptHook, default_progress_hook
 from contextkeep._config import ContextConfig
@@ -104,6 +105,9 @@ class ContextManager:
         )
         self._warned: set[tuple[str, Capacity]] = set()
         """Capacities already warned about (a configured window above the model's)."""
+        # A configured reservation that fills the window is refused now, not found at the first call.
+        window, reserved = self.capacity().window, self.config.reserved_tokens
+        check_reserve(window, reserved, default_max_tokens, self.model.max_output_tokens)
 
     def capacity(self, config: ContextConfig | None = None) -> Capacity:
         """The window calls may fill: the smallest known of the model's and `config`'s figures.
@@ -157,11 +161,15 @@ class ContextManager:
     ) -> AsyncIterator[Session]:
         """Open a conversation, loading whatever the store holds for it.
 
-        `agent_id` and `agent_version` (with the model key) scope the usage baseline.
+        `agent_id` and `agent_version` (with the model key) scope the usage baseline. On exit the
+        offloads it queued are written (`Session.flush`).
         """
         session = self.new_session(conversation_id, agent_id=agent_id, agent_version=agent_version)
         await session.load()
-        yield session
+        try:
+            yield session
+        finally:
+            await session.flush()
 
     async def close(self) -> None:
         """Release the store's connections."""
@@ -173,7 +181,10 @@ class ContextManager:
         with asyncio.Runner() as runner:
             session = self.new_session(conversation_id)
             runner.run(session.load())
-            yield SyncSession(session, runner)
+            try:
+                yield SyncSession(session, runner)
+            finally:
+                runner.run(session.flush())
 
 
 def _open_workspace(workspace: Workspace | Offloader | str | os.PathLike[str] | None) -> Workspace:

@@ -100,6 +100,10 @@ class SyncSession:
         """Catch up with the store (see `Session.load`)."""
         self._runner.run(self.session.load())
 
+    def flush(self) -> None:
+        """Wait until the queued tool-result copies are written (see `Session.flush`)."""
+        self._runner.run(self.session.flush())
+
     # Adding.
     def add(
         self, messages: Iterable[Message | Mapping[str, Any]] | Message | Mapping[str, Any]

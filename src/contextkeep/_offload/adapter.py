@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -81,12 +82,17 @@ class OffloaderWorkspace(Workspace):
         return await _reference(self.offloader.offload_context, session_id, unique)
 
     async def offload_tool_result(self, session_id: str, tool_call_id: str, content: str) -> str:
-        """The offloader's reference for the result (given as a `tool` message); a copy if it cannot read."""
+        """The offloader's reference for the result (given as a `tool` message); a copy if it cannot read.
+
+        The copy is written before the append it belongs to is won, by every instance that tries:
+        its name holds a digest of the content, so a losing instance never overwrites another's.
+        """
         message = Message("tool", content, tool_call_id=tool_call_id)
         reference = await _reference(self.offloader.offload_tool_result, session_id, message)
         local = ""
         if not isinstance(self.offloader, ReadableOffloader):
-            local = await super().offload_tool_result(session_id, tool_call_id, content)
+            digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+            local = await super().offload_tool_result(session_id, f"{tool_call_id}.{digest}", content)
         await self._remember(session_id, reference, local)
         return reference
 
@@ -102,12 +108,11 @@ class OffloaderWorkspace(Workspace):
         return step, reference
 
     # Reading back.
-    async def resolve(self, session_id: str, reference: str) -> str | None:
-        """The session's own reference, else what the offloader resolves it to."""
-        own = await super().resolve(session_id, reference)
-        if own is not None:
-            return own
-        return reference if reference in await self._index(session_id) else None
+    async def resolve(self, session_id: str, reference: str) -> str:
+        """A reference the offloader returned for the session as it is, else the session's own path."""
+        if reference in await self._index(session_id):
+            return reference
+        return await super().resolve(session_id, reference)
 
     async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
         """Text behind a reference, read through the offloader's alias when it made one."""

@@ -1,0 +1,157 @@
+"""Offload files across instances and off the caller's path (#19 point 2, #20).
+
+Several processes append to one conversation with reused tool-call ids (`call_0`, `call_1`,
+as real agents and the shared trajectories do); a reference must always return the content
+of the message it names, whichever instance lost a compare-and-set on the way. And `add`
+returns without waiting for the workspace: the copy is written in the background, before any
+view or state shows its reference, and re-derived from the transcript after a crash.
+Steps per worker: `CONTEXTKEEP_RACE_STEPS` (default 40).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
+from contextkeep._manager import ContextManager
+from contextkeep._offload import LocalWorkspace
+from support import assert_references_readable, call, result, service_unavailable, wait_until
+from support.race_worker import build_manager, journal, launch, run_workers
+from support.soak_check import check, load_transcript
+from support.store_worker import SYSTEM, TASK, drop, store_url, unreachable
+
+STEPS = int(os.environ.get("CONTEXTKEEP_RACE_STEPS", "40"))
+# Masking only, from early on: nearly every result stays in the view as a preview naming its file.
+MASKING = {
+    "reserved_tokens": 0,
+    "layers": ["L1"],
+    "warning_threshold": 0.02,
+    "error_threshold": 0.03,
+    "target_ratio": 0.01,
+    "max_observation_age_rounds": 3,
+}
+
+
+def race_spec(store: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    return {
+        "store": store,
+        "workspace": str(tmp_path / "ws"),
+        "summaries": str(tmp_path / "summaries.jsonl"),
+        "conversation": f"conv-{uuid.uuid4().hex[:8]}",
+        "folder": str(folder),
+        "window": 200_000,
+        "config": MASKING,
+        **extra,
+    }
+
+
+async def seed(spec: dict[str, Any]) -> None:
+    cm = build_manager(spec)
+    async with cm.session(spec["conversation"]) as s:
+        await s.add([SYSTEM, TASK])
+    await cm.close()
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.parametrize("backend", ["postgresql", "redis"])
+async def test_references_name_their_own_message_when_instances_race_with_reused_call_ids(
+    backend: str, tmp_path: Path
+) -> None:
+    if reason := unreachable(backend):
+        service_unavailable(backend, reason)
+    url = store_url(backend, f"or{uuid.uuid4().hex[:10]}", tmp_path)
+    spec = race_spec(url, tmp_path, steps=STEPS)
+    try:
+        await seed(spec)
+        run = await run_workers(spec, ("a", "b", "c"))
+        transcript = await load_transcript(url, spec["conversation"])
+    finally:
+        await drop(url)
+    assert run.conflicts > 0, "the instances never raced: the test proves nothing"
+    found = await check(transcript, tmp_path / "ws", run.views, run.journals)
+    assert found.problems == []
+    assert found.view_references >= 3 * (3 * STEPS - 6)  # each view names nearly every result
+    assert found.acknowledged == 2 * 3 * STEPS == found.messages - 2
+
+
+class GatedWorkspace(LocalWorkspace):
+    """A local workspace whose tool-result writes wait for `gate` (a slow disk the test controls)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.started = threading.Event()
+        self.gate = threading.Event()
+
+    def _replace(self, path: str, data: bytes) -> None:
+        if "/tool_result-" in path:
+            self.started.set()
+            self.gate.wait()
+        super()._replace(path, data)
+
+
+async def test_add_returns_before_the_copy_is_written_and_the_view_waits_for_it(tmp_path: Path) -> None:
+    workspace = GatedWorkspace(tmp_path / "ws")
+    cm = ContextManager(ModelSpec("m", 100_000), config=ContextConfig(reserved_tokens=0), workspace=workspace)
+    text = "line of output\n" * 40
+    try:
+        async with cm.session("c") as s:
+            stored = await asyncio.wait_for(s.add([SYSTEM, TASK, call("call_0"), result("call_0", text)]), 60)
+            ref = stored[-1].metadata["ck_ref"]
+            assert ref == "sessions/c/tool_result-call_0.txt"
+            await asyncio.to_thread(workspace.started.wait, 60)  # the write is under way, held
+            assert not Path(workspace.locate(ref)).exists()
+            preparing = asyncio.create_task(s.prepare())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not preparing.done()  # no view names the file before it is written
+            workspace.gate.set()
+            view = await preparing
+            assert Path(workspace.locate(ref)).read_text() == text
+            assert await assert_references_readable(workspace, view.neutral) == 0  # shown whole
+    finally:
+        workspace.gate.set()
+
+
+@pytest.mark.slow
+async def test_a_process_killed_before_its_copies_are_written_loses_no_reference(tmp_path: Path) -> None:
+    """The worker's disk never completes a tool-result write; it is SIGKILLed after `add` acknowledged."""
+    spec = race_spec(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, steps=50, hold_writes=True)
+    await seed({**spec, "hold_writes": False})
+    folder = Path(spec["folder"])
+    proc = launch({**spec, "worker": "w", "peers": ["w"]}, folder / "w.err")
+    try:
+        # Every round acknowledged (then the worker waits in its final `prepare`, for the held writes).
+        await wait_until(lambda: (folder / "w.done").exists() or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, (folder / "w.err").read_text()[-3000:]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    acked = journal(folder, "w")
+    refs = [m.metadata.get("ck_ref") for m in await load_transcript(spec["store"], spec["conversation"])]
+    assert not any(Path(spec["workspace"], r).exists() for r in refs if r)  # no copy was ever written
+
+    # The next process re-derives every copy from the transcript before its view names one.
+    cm = build_manager({**spec, "hold_writes": False})
+    async with cm.session(spec["conversation"]) as s:
+        view = await s.prepare()
+    await cm.close()
+    transcript = await load_transcript(spec["store"], spec["conversation"])
+    found = await check(
+        transcript, tmp_path / "ws", {"restarted": json.dumps(view.messages).encode()}, {"w": acked}
+    )
+    assert found.problems == []
+    assert found.acknowledged == 2 * 50 and found.transcript_references == 50
+    assert found.view_references > 0
