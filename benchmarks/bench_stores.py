@@ -7,6 +7,11 @@ saves lose the race and retry) or each on its own conversation.
 
     .venv/bin/python benchmarks/bench_stores.py --seconds 2
     .venv/bin/python benchmarks/bench_stores.py --backends sqlite,redis --writers 1,8,32
+    .venv/bin/python benchmarks/bench_stores.py --calls 300 --backends memory,sqlite
+
+`--calls N` measures instead what a store adds to a whole model call: an agent loop of N
+steps (record the reply with its usage, add the tool result, prepare, `view.messages`) on
+one session, each backend's median ms per call beside the in-memory store's, in one run.
 
 Unreachable servers are skipped with a note. Everything written goes under a
 fresh table / key prefix that is dropped at the end.
@@ -16,11 +21,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+from contextkeep import ContextManager, ModelSpec, Usage
 from contextkeep._errors import ContextKeepError
 from contextkeep.stores import RedisStore, SQLStore, Store, open_store
 
@@ -89,6 +98,50 @@ async def _bench_backend(name: str, url: str, writer_counts: list[int], seconds:
     return rows
 
 
+def _reply(step: int) -> dict[str, Any]:
+    arguments = json.dumps({"command": f"ls {step}"})
+    call = {"id": f"c{step}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+    return {"role": "assistant", "content": f"step {step}", "tool_calls": [call]}
+
+
+async def _calls(url: str, steps: int, tmp: str) -> list[float]:
+    """Seconds per whole call of an agent loop on `url` (warm-up steps dropped)."""
+    cm = ContextManager(
+        ModelSpec("bench", 1_000_000), store=url, workspace=f"{tmp}/ws", tokenizer="heuristic"
+    )
+    seconds: list[float] = []
+    try:
+        async with cm.session(f"calls-{uuid.uuid4().hex[:8]}") as s:
+            await s.add([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "go"}])
+            await s.prepare()
+            for step in range(steps):
+                start = time.perf_counter()
+                await s.record(_reply(step), Usage(input_tokens=100 + step, output_tokens=10))
+                await s.add([{"role": "tool", "tool_call_id": f"c{step}", "content": f"out {step} " * 8}])
+                _ = (await s.prepare()).messages
+                seconds.append(time.perf_counter() - start)
+    finally:
+        await cm.close()
+    return seconds[min(20, steps // 5) :]
+
+
+async def _bench_calls(names: list[str], urls: dict[str, str], steps: int, rounds: int = 3) -> None:
+    """Median ms per call for each backend, rounds interleaved so load drifts hit all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(rounds):
+            for name in names:
+                url = urls[name].replace("{tmp}", tmp).replace("bench.db", f"calls{n}.db")
+                samples[name] += await _calls(url, steps, tmp)
+    base = statistics.median(samples["memory"]) if "memory" in samples else None
+    print(f"whole call (record + add + prepare + view.messages), {steps} steps x {rounds} rounds")
+    print(f"{'backend':<11} {'median ms':>10} {'p90 ms':>8} {'added ms':>9}")
+    for name, values in samples.items():
+        median, p90 = statistics.median(values), sorted(values)[int(len(values) * 0.9)]
+        added = "" if base is None else f"{(median - base) * 1e3:9.3f}"
+        print(f"{name:<11} {median * 1e3:10.3f} {p90 * 1e3:8.3f} {added}", flush=True)
+
+
 async def main() -> None:
     """Run every requested cell and print the table."""
     raw = argparse.RawDescriptionHelpFormatter
@@ -99,7 +152,13 @@ async def main() -> None:
     for name, url in DEFAULT_URLS.items():
         if name != "memory":
             parser.add_argument(f"--{name}-url", default=url, help=f"{name} store URL")
+    parser.add_argument("--calls", type=int, default=0, help="whole-call loop of N steps instead")
     args = parser.parse_args()
+    if args.calls:
+        names = args.backends.split(",")
+        urls = {n: getattr(args, f"{n}_url", DEFAULT_URLS[n]) for n in names}
+        await _bench_calls(names, urls, args.calls)
+        return
     writer_counts = [int(w) for w in args.writers.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         print(f"load+CAS-save pairs per second, {args.seconds:g} s per cell; conflicts = lost races/s")

@@ -126,7 +126,7 @@ async def test_restart_after_sigkill_loses_and_duplicates_nothing(spec, point, t
         assert earlier.last <= later.first
 
 
-async def test_a_killed_lease_holder_is_taken_over_after_the_ttl(tmp_path: Path) -> None:
+async def test_a_killed_lease_holder_is_taken_over_after_the_ttl(tmp_path: Path, monkeypatch) -> None:
     ttl = 1500
     spec: dict[str, Any] = {
         "store": store_url("sqlite", "lease", tmp_path),
@@ -141,8 +141,12 @@ async def test_a_killed_lease_holder_is_taken_over_after_the_ttl(tmp_path: Path)
     async with cm.session(spec["conversation"]) as s:
         await s.add([SYSTEM, TASK])
     await cm.close()
-    # Killed inside its first summary: it holds the compaction lease and never gives it back.
-    assert run_worker(spec, tmp_path, "killed", kill="during_summary", nth=1) == -signal.SIGKILL
+    # Killed inside its first summary: it holds the compaction lease and never gives it back. Its lease
+    # owner slots live elsewhere (as on another host), so only the TTL frees its lease.
+    with monkeypatch.context() as env:
+        env.setenv("TMPDIR", str(tmp_path / "another-host"))
+        (tmp_path / "another-host").mkdir()
+        assert run_worker(spec, tmp_path, "killed", kill="during_summary", nth=1) == -signal.SIGKILL
     killed_at = time.monotonic()
     (attempt,) = [json.loads(line) for line in Path(spec["summaries"]).read_text().splitlines()]
 

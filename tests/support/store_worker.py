@@ -260,6 +260,9 @@ class ProbeStore:
         self.leases: list[bool] = []
         self._cursor = -1
 
+    def __repr__(self) -> str:
+        return repr(self.inner)  # the lease's owner slots tell stores apart by their repr
+
     async def append(
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:

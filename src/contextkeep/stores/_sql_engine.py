@@ -4,18 +4,22 @@ Reads are single statements and run without a transaction (an autocommit pool
 on servers), which saves two round trips each. SQLite allows one writer at a
 time, so writes are queued on an in-process lock (cheaper than SQLite's
 busy-wait) and start with `BEGIN IMMEDIATE` (no deadlock when another process
-writes the same file). A transaction that failed transiently (deadlock victim,
-serialization failure, locked file) is run again a few times.
+writes the same file). A SQLite file is reached without aiosqlite's thread: its
+transactions run inline in the event loop (`_sql_inline`), in WAL mode with
+`synchronous=NORMAL`, so a commit never waits for the disk. A transaction that failed
+transiently (deadlock victim,
+serialization failure, locked file) is run again a few times. Every call is bounded by the
+store's :class:`~contextkeep.stores._timeouts.Timeouts` (a call past its bound is not retried).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import random
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 from contextkeep._errors import StoreError
+from contextkeep.stores._sql_inline import InlineSQLite
+from contextkeep.stores._timeouts import Expired, Timeouts, watch_checkouts, watchdog_of
 
 __all__ = ["Database", "async_url"]
 
@@ -69,9 +75,11 @@ class Database:
     `display` names the database in errors and logs (password hidden).
     """
 
-    def __init__(self, url: sa.URL, display: str) -> None:
+    def __init__(self, url: sa.URL, display: str, timeouts: Timeouts | None = None) -> None:
         self.display = display
         """The URL as errors and logs show it."""
+        self.timeouts = timeouts or Timeouts()
+        """The bounds on each call."""
         async_at = async_url(url)
         self.dialect = "mysql" if async_at.get_backend_name() == "mariadb" else async_at.get_backend_name()
         """`sqlite`, `postgresql` or `mysql` (MySQL and MariaDB)."""
@@ -86,7 +94,11 @@ class Database:
                 kwargs["poolclass"] = StaticPool  # one connection is the whole database
             else:
                 self.sqlite_file = Path(database)
-        self.engine = create_async_engine(async_at, pool_pre_ping=self.dialect != "sqlite", **kwargs)
+        else:
+            kwargs["pool_timeout"] = self.timeouts.pool
+            kwargs["connect_args"] = {"connect_timeout": max(1, math.ceil(self.timeouts.connect))}
+        # No pre-ping: the checkout pings under the call's watchdog instead (see `_timeouts`).
+        self.engine = create_async_engine(async_at, **kwargs)
         """The SQLAlchemy engine writes go through."""
         self._writer = self.engine.execution_options(contextkeep_write=True)
         # Every read is one statement, so it needs no transaction: a separate autocommit pool
@@ -98,8 +110,25 @@ class Database:
         )
         # SQLite: one writer at a time (and one connection in all for an in-memory database).
         self._sqlite_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        # A SQLite file: transactions run inline (`_sql_inline`); the async engine stays for tools.
+        self._inline: InlineSQLite | None = None
         if self.dialect == "sqlite":
-            _configure_sqlite(self.engine, wal=not self._memory)
+            busy_ms = int(self.timeouts.statement * 1000)
+            _configure_sqlite(self.engine.sync_engine, wal=not self._memory, busy_ms=busy_ms)
+            if self.sqlite_file is not None:
+                # One connection, used from the loop's thread (whichever thread runs the loop).
+                sync_url = async_url(url).set(drivername="sqlite+pysqlite")
+                inline = sa.create_engine(sync_url, connect_args={"check_same_thread": False})
+                event.listen(inline, "connect", self._forward_connect)
+                _configure_sqlite(inline, wal=True, busy_ms=0)  # after them: no busy wait in the loop
+                self._inline = InlineSQLite(inline)
+        else:
+            for engine in (self.engine, self._reader):
+                watch_checkouts(engine, self.timeouts.statement)
+
+    def _forward_connect(self, dbapi_connection: Any, record: Any) -> None:
+        """`connect` listeners a tool attached to `engine` (pragmas) apply to the inline connections too."""
+        self.engine.sync_engine.pool.dispatch.connect(dbapi_connection, record)
 
     def now_ms(self) -> sa.ColumnElement[int]:
         """Milliseconds since the epoch on the database's clock, as a SQL expression."""
@@ -113,10 +142,15 @@ class Database:
         engine = self._writer if write else self._reader
         for attempt in range(1, _ATTEMPTS + 1):
             try:
-                async with self._guard(write), engine.begin() as conn:
-                    return await work(conn)
+                if self._inline is not None:
+                    return await self._inline.run(work, write=write, seconds=self.timeouts.statement)
+                return await self._once(engine, work, write)
             except sa.exc.IntegrityError:
                 raise  # a CAS outcome, not a failure
+            except Expired as exc:
+                raise StoreError(
+                    f"{op} on {self.display} timed out: no answer within {exc.seconds:g} s ({exc.phase})"
+                ) from exc.__cause__
             except sa.exc.DBAPIError as exc:
                 if attempt == _ATTEMPTS or not _transient(exc, write=write):
                     raise StoreError(f"{op} failed on {self.display}: {exc.orig!r}") from exc
@@ -128,15 +162,52 @@ class Database:
                 raise StoreError(f"{op} failed on {self.display}: {exc!r}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _once(
+        self, engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[_T]], write: bool
+    ) -> _T:
+        """One transaction within the timeouts; the checkout arms the connection's watchdog."""
+        async with self._guard(write):
+            conn = engine.connect()
+            try:
+                async with asyncio.timeout(self.timeouts.checkout):
+                    await conn.start()
+            except TimeoutError as exc:
+                raise Expired("connect", self.timeouts.checkout) from exc
+            watchdog = watchdog_of(conn)
+            try:
+                try:
+                    async with conn.begin():
+                        return await work(conn)
+                finally:
+                    await conn.close()  # back to the pool; after a watchdog shutdown, without a round trip
+            except sa.exc.DBAPIError as exc:
+                if watchdog is not None and watchdog.fired:
+                    raise Expired("statement", self.timeouts.statement) from exc
+                raise
+
     async def dispose(self) -> None:
         """Release every pooled connection."""
         await self.engine.dispose()
         await self._reader.dispose()
+        if self._inline is not None:
+            self._inline.dispose()
 
-    def _guard(self, write: bool) -> AbstractAsyncContextManager[Any]:
-        if self._sqlite_lock is not None and (write or self._memory):
-            return self._sqlite_lock
-        return contextlib.nullcontext()
+    @asynccontextmanager
+    async def _guard(self, write: bool) -> AsyncIterator[None]:
+        """SQLite's single writer (every call, in memory), waited for within the pool bound."""
+        lock = self._sqlite_lock
+        if lock is None or not (write or self._memory):
+            yield
+            return
+        try:
+            async with asyncio.timeout(self.timeouts.pool):
+                await lock.acquire()
+        except TimeoutError as exc:
+            raise Expired("waiting for the writer", self.timeouts.pool) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
 
 def _transient(exc: sa.exc.DBAPIError, *, write: bool) -> bool:
@@ -153,13 +224,13 @@ def _transient(exc: sa.exc.DBAPIError, *, write: bool) -> bool:
     return "database is locked" in str(orig)
 
 
-def _configure_sqlite(engine: AsyncEngine, *, wal: bool) -> None:
+def _configure_sqlite(engine: sa.Engine, *, wal: bool, busy_ms: int) -> None:
     """Let the store issue BEGIN itself (IMMEDIATE for writes), and wait rather than fail on a lock."""
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # the driver must not BEGIN on its own
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout = 10000")
+        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
         if wal:  # readers do not block the writer; NORMAL is WAL's crash-safe sync level
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
@@ -170,5 +241,5 @@ def _configure_sqlite(engine: AsyncEngine, *, wal: bool) -> None:
         if conn.get_execution_options().get("contextkeep_write", False):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    event.listen(engine.sync_engine, "connect", on_connect)
-    event.listen(engine.sync_engine, "begin", on_begin)
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)

@@ -47,7 +47,11 @@ class Store(Protocol):
     async def append(
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
-        """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
+        """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise.
+
+        Idempotent: if exactly these messages (same ids and contents) are already stored from
+        position `expected_length` on, a retry after a lost reply, it returns `True` and writes nothing.
+        """
         ...
 
     async def load_messages(

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextkeep._messages import Message
+from contextkeep.stores._idempotent import same_batch
 from contextkeep.stores.base import Document
 
 __all__ = ["MemoryStore"]
@@ -32,9 +33,14 @@ class MemoryStore:
     ) -> bool:
         """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
         async with self._lock:
-            if len(self._messages.get(conversation_id, ())) != expected_length:
-                return False
-            self._messages.setdefault(conversation_id, []).extend(messages)
+            stored = self._messages.get(conversation_id, [])
+            if len(stored) != expected_length:
+                return (
+                    expected_length >= 0
+                    and bool(messages)
+                    and same_batch(stored[expected_length : expected_length + len(messages)], messages)
+                )
+            self._messages.setdefault(conversation_id, stored).extend(messages)
             return True
 
     async def load_messages(

@@ -1,7 +1,8 @@
 """The Redis store: one list per transcript, one hash per document, one key per lease.
 
 Compare-and-set runs in Lua scripts, which Redis executes atomically:
-`append` checks `LLEN == expected_length` before `RPUSH`, `save_document`
+`append` checks `LLEN == expected_length` before `RPUSH` (a retried batch found already
+stored there succeeds: see `_idempotent`), `save_document`
 checks the stored version before `HSET`. A lease is `SET key owner NX PX ttl`
 (Redis expires it by its own clock); the same owner renews it by a compare in
 Lua.
@@ -19,6 +20,7 @@ conversation's slot, added to by the save script itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -30,6 +32,8 @@ from redis.exceptions import RedisError
 
 from contextkeep._errors import ConfigError, SchemaVersionError, StoreError
 from contextkeep._messages import Message, message_from_dict, message_json
+from contextkeep.stores._idempotent import already_stored
+from contextkeep.stores._timeouts import DEFAULT_TIMEOUTS
 from contextkeep.stores.base import Document
 
 __all__ = ["DEFAULT_KEY_PREFIX", "SCHEMA_VERSION", "RedisStore"]
@@ -86,13 +90,28 @@ class RedisStore:
 
     Pass a `redis://` URL or a ready `redis.asyncio.Redis` client (the store then
     closes it on :meth:`close` all the same).
+
+    Every call is bounded (seconds; URL parameters of the same names through
+    :func:`~contextkeep.stores.open_store`): `connect_timeout` to open a connection and
+    `statement_timeout` for the whole call, redis-py's own reconnects included. Past it the
+    call raises `StoreError`; the pool opens fresh connections once the server answers again.
     """
 
-    def __init__(self, url_or_client: str | Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(
+        self,
+        url_or_client: str | Redis,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        connect_timeout: float = DEFAULT_TIMEOUTS.connect,
+        statement_timeout: float = DEFAULT_TIMEOUTS.statement,
+    ) -> None:
         if "{" in key_prefix or "}" in key_prefix:
             raise ConfigError("store.key_prefix", f"{key_prefix!r} must not contain braces (hash tags)")
+        self._statement_timeout = statement_timeout
         if isinstance(url_or_client, str):
-            self._client: Redis = Redis.from_url(url_or_client)
+            self._client: Redis = Redis.from_url(
+                url_or_client, socket_connect_timeout=connect_timeout, socket_timeout=statement_timeout
+            )
             where = self._client.connection_pool.connection_kwargs
             self._display = f"{where.get('host', '?')}:{where.get('port', '?')}/{where.get('db', 0)}"
         else:
@@ -155,7 +174,10 @@ class RedisStore:
                 await self._client.sadd(self._conversations_key, conversation_id)
             key = self._key(conversation_id, "messages")
             won = await self._append(keys=[key], args=[expected_length, *bodies])
-        return bool(won)
+        if won:
+            return True
+        # A lost reply (redis-py resends the script after a dropped connection) may hide our own win.
+        return await already_stored(self, conversation_id, messages, expected_length)
 
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
@@ -261,9 +283,15 @@ class RedisStore:
     async def _errors(self, op: str, *, check: bool = True) -> AsyncIterator[None]:
         """Check the layout version once, and turn redis-py failures into StoreError."""
         try:
-            if check and not self._checked:
-                await self._check_version()
-            yield
+            # redis-py disconnects a connection whose command is cancelled, so no reply is misread.
+            async with asyncio.timeout(self._statement_timeout):
+                if check and not self._checked:
+                    await self._check_version()
+                yield
+        except TimeoutError as exc:
+            raise StoreError(
+                f"{op} on {self!r} timed out: no answer within {self._statement_timeout:g} s"
+            ) from exc
         except (RedisError, OSError) as exc:
             raise StoreError(f"{op} failed on {self!r}: {exc!r}") from exc
 

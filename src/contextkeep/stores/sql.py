@@ -8,7 +8,8 @@ Built on SQLAlchemy Core with async drivers (`aiosqlite`, `psycopg` 3,
   expectation fail with a duplicate key, so it returns `False` and nothing of it
   is written. A gap (expecting more than is stored) is refused by checking that
   position `expected_length - 1` exists: rows are contiguous and never deleted,
-  so that read cannot go stale.
+  so that read cannot go stale. A retry of a batch whose commit went through
+  but whose reply was lost finds itself stored there and succeeds (`_idempotent`).
 - **save_document** is `UPDATE ... SET version = v + 1 WHERE version = v`
   (0 rows: stale), or an `INSERT` for version 0 that the primary key guards.
 - **leases** are rows with an expiry compared against the *database* clock, so
@@ -35,8 +36,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contextkeep._errors import ConfigError, StoreError
 from contextkeep._messages import Message, message_from_dict, message_json
+from contextkeep.stores._idempotent import already_stored
 from contextkeep.stores._sql_engine import Database, async_url
 from contextkeep.stores._sql_schema import ID_LENGTH, KIND_LENGTH, make_tables, run_migrations
+from contextkeep.stores._sql_statements import Statements
+from contextkeep.stores._timeouts import DEFAULT_TIMEOUTS, Timeouts
 from contextkeep.stores.base import Document
 
 __all__ = ["DEFAULT_TABLE_PREFIX", "SQLStore", "async_url"]
@@ -71,6 +75,14 @@ class SQLStore:
     `{table_prefix}messages` etc. The schema is created on first use; an older
     schema is upgraded when `auto_migrate` is set, else :class:`SchemaVersionError`
     says to run `contextkeep migrate`.
+
+    Every call is bounded (seconds; URL parameters of the same names through
+    :func:`~contextkeep.stores.open_store`): `connect_timeout` to open a connection,
+    `statement_timeout` for the call's statements and commit, `pool_timeout` to wait for a
+    pooled connection (an in-memory SQLite database: for its one connection; a SQLite file's
+    lock held by another process is waited for up to `statement_timeout`). Past its bound a
+    call raises `StoreError` naming the store, the operation and the phase; the store stays
+    usable and reconnects.
     """
 
     def __init__(
@@ -79,6 +91,9 @@ class SQLStore:
         *,
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         auto_migrate: bool = True,
+        connect_timeout: float = DEFAULT_TIMEOUTS.connect,
+        statement_timeout: float = DEFAULT_TIMEOUTS.statement,
+        pool_timeout: float = DEFAULT_TIMEOUTS.pool,
     ) -> None:
         if not _PREFIX.fullmatch(table_prefix):
             raise ConfigError("store.table_prefix", f"{table_prefix!r} must match {_PREFIX.pattern}")
@@ -86,8 +101,9 @@ class SQLStore:
         default = table_prefix == DEFAULT_TABLE_PREFIX
         shown = given if default else given.update_query_dict({"table_prefix": table_prefix})
         self._display = shown.render_as_string(hide_password=True)
-        self._db = Database(given, self._display)
+        self._db = Database(given, self._display, Timeouts(connect_timeout, statement_timeout, pool_timeout))
         self._tables = make_tables(table_prefix)
+        self._statements = Statements.of(self._tables)
         self._auto_migrate = auto_migrate
         self._init_lock = asyncio.Lock()
         self._version: int | None = None
@@ -119,26 +135,26 @@ class SQLStore:
         _check_length("conversation id", conversation_id, ID_LENGTH)
         if expected_length < 0:
             return False
-        table = self._tables.messages
+        st = self._statements
         rows = [
             {"conversation_id": conversation_id, "position": expected_length + i, "body": message_json(m)}
             for i, m in enumerate(messages)
         ]
 
-        def at(position: int) -> sa.Select[Any]:
-            return sa.select(sa.literal(1)).where(
-                table.c.conversation_id == conversation_id, table.c.position == position
-            )
+        async def stored_at(conn: AsyncConnection, position: int) -> bool:
+            return await conn.scalar(st.message_at, {"c": conversation_id, "p": position}) is not None
 
         async def work(conn: AsyncConnection) -> bool:
-            if expected_length > 0 and await conn.scalar(at(expected_length - 1)) is None:
+            if expected_length > 0 and not await stored_at(conn, expected_length - 1):
                 return False  # fewer stored than expected
             if not rows:
-                return await conn.scalar(at(expected_length)) is None
-            await conn.execute(sa.insert(table), rows)  # duplicate key: more stored than expected
+                return not await stored_at(conn, expected_length)
+            await conn.execute(st.insert_messages, rows)  # duplicate key: more stored than expected
             return True
 
-        return await self._compare_and_set("append", work)
+        if await self._compare_and_set("append", work):
+            return True
+        return await already_stored(self, conversation_id, messages, expected_length)
 
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
@@ -146,38 +162,29 @@ class SQLStore:
         """Messages from position `after` on (at most `limit`), in order."""
         if limit is not None and limit <= 0:
             return []
-        table = self._tables.messages
-        query = (
-            sa.select(table.c.body)
-            .where(table.c.conversation_id == conversation_id, table.c.position >= after)
-            .order_by(table.c.position)
-            .limit(limit)
-        )
+        st = self._statements
+        query = st.messages_from if limit is None else st.messages_from_limited
+        params = {"c": conversation_id, "p": after, "n": limit}
 
         async def work(conn: AsyncConnection) -> list[Message]:
-            return [message_from_dict(json.loads(body)) for body in await conn.scalars(query)]
+            return [message_from_dict(json.loads(body)) for body in await conn.scalars(query, params)]
 
         return await self._transaction("load_messages", work, write=False)
 
     async def count_messages(self, conversation_id: str) -> int:
         """How many messages the transcript holds."""
-        table = self._tables.messages
-        query = sa.select(sa.func.count()).where(table.c.conversation_id == conversation_id)
 
         async def work(conn: AsyncConnection) -> int:
-            return int(await conn.scalar(query) or 0)
+            return int(await conn.scalar(self._statements.count_messages, {"c": conversation_id}) or 0)
 
         return await self._transaction("count_messages", work, write=False)
 
     async def load_document(self, conversation_id: str, kind: str, scope: str = "") -> Document:
         """The document, or an empty one with version 0."""
-        table = self._tables.documents
-        query = sa.select(table.c.version, table.c.body).where(
-            *self._document_key(conversation_id, kind, scope)
-        )
+        key = {"c": conversation_id, "k": kind, "s": scope}
 
         async def work(conn: AsyncConnection) -> Document:
-            row = (await conn.execute(query)).first()
+            row = (await conn.execute(self._statements.document, key)).first()
             return Document({}, 0) if row is None else Document(json.loads(row.body), int(row.version))
 
         return await self._transaction("load_document", work, write=False)
@@ -195,20 +202,17 @@ class SQLStore:
         _check_length("conversation id", conversation_id, ID_LENGTH)
         _check_length("document kind", kind, KIND_LENGTH)
         _check_length("document scope", scope, ID_LENGTH)
-        table = self._tables.documents
+        st = self._statements
         body = _dumps(dict(data))
 
         async def work(conn: AsyncConnection) -> bool:
             if expected_version == 0:  # the primary key refuses a second first save
                 row = {"conversation_id": conversation_id, "kind": kind, "scope": scope}
-                await conn.execute(sa.insert(table).values(**row, version=1, body=body))
+                await conn.execute(st.insert_document, {**row, "version": 1, "body": body})
                 return True
-            result = await conn.execute(
-                sa.update(table)
-                .where(*self._document_key(conversation_id, kind, scope), table.c.version == expected_version)
-                .values(version=expected_version + 1, body=body)
-            )
-            return result.rowcount == 1
+            key = {"c": conversation_id, "k": kind, "s": scope, "v": expected_version}
+            update = {**key, "new_version": expected_version + 1, "new_body": body}
+            return (await conn.execute(st.update_document, update)).rowcount == 1
 
         return await self._compare_and_set("save_document", work)
 
@@ -295,7 +299,11 @@ class SQLStore:
 
     async def _migrate(self, *, upgrade: bool) -> int:
         if self._db.sqlite_file is not None:
-            self._db.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._db.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # an impossible path: say which, as a store error
+                folder = self._db.sqlite_file.parent
+                raise StoreError(f"{self._display}: cannot create the folder {folder}: {exc}") from exc
 
         async def work(conn: AsyncConnection) -> int:
             return await run_migrations(conn, self._tables, upgrade=upgrade, store=self._display)
@@ -311,12 +319,6 @@ class SQLStore:
                     self._version = await self._migrate(upgrade=self._auto_migrate)
 
     # -- transactions ---------------------------------------------------------------------
-
-    def _document_key(
-        self, conversation_id: str, kind: str, scope: str
-    ) -> tuple[sa.ColumnElement[bool], ...]:
-        table = self._tables.documents
-        return (table.c.conversation_id == conversation_id, table.c.kind == kind, table.c.scope == scope)
 
     async def _compare_and_set(self, op: str, work: Callable[[AsyncConnection], Awaitable[bool]]) -> bool:
         """Run a CAS write; a duplicate key means another writer got there first."""

@@ -1,7 +1,11 @@
 """Open a store from a URL: `memory://`, `sqlite:///path.db`, `postgresql://...`, `mysql://...`, `redis://...`.
 
 Query parameters the store itself reads (and removes before the URL reaches the
-driver): `table_prefix=` and `auto_migrate=` for SQL, `key_prefix=` for Redis.
+driver): `table_prefix=` and `auto_migrate=` for SQL, `key_prefix=` for Redis, and the
+timeouts in seconds, `connect_timeout=` (default 10), `statement_timeout=` (30: one call's
+statements and commit) and, for SQL, `pool_timeout=` (10: waiting for a pooled connection),
+e.g. `postgresql://app@db/agents?connect_timeout=3&statement_timeout=5`. A call past its
+bound raises `StoreError`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from contextkeep._errors import ConfigError
+from contextkeep.stores._timeouts import Timeouts
 from contextkeep.stores.base import MigratableStore, Store
 
 __all__ = ["SCHEMES", "default_store_url", "migrate", "open_store"]
@@ -34,7 +39,11 @@ _BACKENDS: dict[str, tuple[str, str, str]] = {
 SCHEMES = tuple(_BACKENDS)
 """Every URL scheme :func:`open_store` accepts."""
 
-_PARAMS = {"memory": set[str](), "sql": {"table_prefix", "auto_migrate"}, "redis": {"key_prefix"}}
+_PARAMS = {
+    "memory": set[str](),
+    "sql": {"table_prefix", "auto_migrate", "connect_timeout", "statement_timeout", "pool_timeout"},
+    "redis": {"key_prefix", "connect_timeout", "statement_timeout"},
+}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -76,16 +85,25 @@ def open_store(url: str) -> Store:
         from contextkeep.stores.memory import MemoryStore
 
         return MemoryStore()
+    timeouts = Timeouts.from_query(ours)
     if backend == "redis":
         from contextkeep.stores.redis import DEFAULT_KEY_PREFIX, RedisStore
 
-        return RedisStore(rest, key_prefix=ours.get("key_prefix", DEFAULT_KEY_PREFIX))
+        return RedisStore(
+            rest,
+            key_prefix=ours.get("key_prefix", DEFAULT_KEY_PREFIX),
+            connect_timeout=timeouts.connect,
+            statement_timeout=timeouts.statement,
+        )
     from contextkeep.stores.sql import DEFAULT_TABLE_PREFIX, SQLStore
 
     return SQLStore(
         rest,
         table_prefix=ours.get("table_prefix", DEFAULT_TABLE_PREFIX),
         auto_migrate=_flag(ours.get("auto_migrate", "true")),
+        connect_timeout=timeouts.connect,
+        statement_timeout=timeouts.statement,
+        pool_timeout=timeouts.pool,
     )
 
 
