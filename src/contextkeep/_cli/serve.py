@@ -54,6 +54,44 @@ def demo_settings(settings: ServerSettings) -> ServerSettings:
 @click.option(
     "--demo", is_flag=True, help="Watch `contextkeep demo` runs (its model, window, settings and store)."
 )
+@click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="CONTEXTKEEP_ALLOWED_HOSTS",
+    help="Name accepted in Host and Origin besides the bound address (repeatable; `*`: any). "
+    "Env: CONTEXTKEEP_ALLOWED_HOSTS (space-separated).",
+)
+@click.option(
+    "--max-body",
+    "max_body_bytes",
+    default=32 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body in bytes (413 beyond).",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds a client has to send a request's headers.",
+)
+@click.option(
+    "--max-conversations",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Proxied conversations kept in memory (least recently used evicted; reloaded from the store).",
+)
+@click.option(
+    "--idle-timeout",
+    "idle_seconds",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds after which an idle proxied conversation is evicted from memory.",
+)
 def serve(
     host: str,
     port: int,
@@ -66,13 +104,17 @@ def serve(
     agent_id: str,
     agent_version: str,
     demo: bool,
+    allowed_hosts: tuple[str, ...],
+    max_body_bytes: int,
+    header_timeout: float,
+    max_conversations: int,
+    idle_seconds: float,
 ) -> None:
     """Serve the dashboard and API; with --upstream, also a context-managing chat-completions proxy."""
     try:
-        import uvicorn
-
         from contextkeep.server import ServerSettings, create_app
         from contextkeep.server.background import ContextServer
+        from contextkeep.server.connections import uvicorn_config
     except ImportError as exc:
         hint = "pip install 'contextkeep[server]'"
         click.echo(f"error: serve needs the server extra: {hint} ({exc})", err=True)
@@ -87,6 +129,11 @@ def serve(
         window=window,
         agent_id=agent_id,
         agent_version=agent_version,
+        allowed_hosts=allowed_hosts,
+        max_body_bytes=max_body_bytes,
+        header_timeout=header_timeout,
+        max_conversations=max_conversations,
+        idle_seconds=idle_seconds,
     )
     if demo:
         settings = demo_settings(settings)
@@ -96,5 +143,5 @@ def serve(
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     click.echo(f"contextkeep dashboard: http://{host}:{port}/" + ("?token=…" if token else ""))
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+    config = uvicorn_config(app, host, port, log_level="info", timeout_graceful_shutdown=3)
     ContextServer(config, app).run()  # ends open event streams on Ctrl+C instead of waiting for them

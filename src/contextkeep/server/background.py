@@ -16,6 +16,8 @@ from typing import Self
 import uvicorn
 from fastapi import FastAPI
 
+from contextkeep.server.connections import uvicorn_config
+
 __all__ = ["BackgroundServer", "ContextServer"]
 
 
@@ -45,8 +47,8 @@ class BackgroundServer:
     """uvicorn serving `app` on `host` (an ephemeral port by default) until `stop()`."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 10.0) -> None:
-        config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+        config = uvicorn_config(
+            app, host, port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
         )
         self._server = ContextServer(config, app)
         self._thread = threading.Thread(target=self._server.run, name="contextkeep-serve", daemon=True)

@@ -47,6 +47,11 @@ class EventHub:
         """How many streams are open."""
         return len(self._subscribers)
 
+    def watched(self) -> frozenset[str] | None:
+        """The conversations some open stream follows; `None` when one follows every conversation."""
+        wanted = {conversation for _, conversation, _ in self._subscribers}
+        return None if None in wanted else frozenset(c for c in wanted if c is not None)
+
     def publish_event(self, event: Event, *, synthesized: bool = False) -> None:
         """Publish an engine event (an EventBus listener)."""
         data = event.to_dict()

@@ -2,22 +2,30 @@
 
 Another process (``contextkeep demo``, an agent using the library) writes the same
 store but its events stay in its own process. Every `interval` seconds the watcher
-loads each conversation (incrementally) and compares transcript length, the
-compaction state's version, records and pending flag, and the usage version with
-what it saw last; on a change it publishes, in order: ``context.compression.completed``
-per new record, ``context.compression.required`` when the flag was set,
-``model.completed`` when a reply was recorded with new usage, and ``context.status``
-measured on the current view. Conversations this process serves are skipped.
+checks the conversations an open event stream follows, cheaply (transcript length and the
+versions of the compaction and usage documents, no transcript loaded); only a conversation
+that changed is loaded (incrementally), and it publishes, in order:
+``context.compression.completed`` per new record, ``context.compression.required`` when
+the flag was set, ``model.completed`` when a reply was recorded with new usage, and
+``context.status`` measured on the current view. Conversations this process serves are skipped.
+
+With no stream open the store is not touched at all. A stream following every conversation
+(the dashboard's) does not make each poll scan the store: once the stream opens, every
+conversation is read once (what it holds then is history); then the conversation list is
+read every `list_interval` seconds, conversations that changed lately or appeared since
+are checked every poll, and the others in turns of `sweep` per poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from contextkeep._baseline import figures
+from contextkeep._baseline import USAGE_DOCUMENT, figures
+from contextkeep._documents import COMPACTION_DOCUMENT
 from contextkeep._events import CompressionCompleted, CompressionRequired, Event, ModelCompleted
 from contextkeep._session import Session
 from contextkeep.server.hub import EventHub
@@ -59,13 +67,26 @@ class StoreWatcher:
         *,
         interval: float = 0.5,
         live: Callable[[str], bool] = lambda _: False,
+        sweep: int = 100,
+        list_interval: float = 5.0,
+        hot_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reader = reader
         self.hub = hub
         self.interval = interval
         self.live = live
+        self.sweep = sweep
+        self.list_interval = list_interval
+        self.hot_seconds = hot_seconds
+        self._clock = clock
+        # A conversation absent from `_seen` is history when first checked; one seeded with
+        # `_Seen()` (it appeared while watched) has everything it holds as news.
         self._seen: dict[str, _Seen] = {}
-        self._primed = False
+        self._changed: dict[str, float] = {}
+        self._listed: list[str] | None = None
+        self._listed_at = 0.0
+        self._turn = 0
 
     async def run(self) -> None:
         """Poll until cancelled; a failing poll is logged and retried."""
@@ -79,18 +100,71 @@ class StoreWatcher:
             await asyncio.sleep(self.interval)
 
     async def poll(self) -> None:
-        """One pass over every conversation."""
-        for conversation in await self.reader.manager.store.list_conversations():
-            async with self.reader.open(conversation) as session:
-                now = _seen(session)
-                # Conversations found on the first pass are history, not news.
-                before = self._seen.get(conversation, _Seen() if self._primed else now)
-                self._seen[conversation] = now
-                if now == before or self.live(conversation):
-                    continue
-                for event in await _events(session, before, now):
-                    self.hub.publish_event(event, synthesized=True)
-        self._primed = True
+        """One pass over the conversations that are watched and due."""
+        watched = self.hub.watched()
+        if watched is not None and not watched:  # nobody watches: the next watcher starts afresh
+            self._seen.clear()
+            self._changed.clear()
+            self._listed = None
+            return
+        due = sorted(watched) if watched is not None else await self._due()
+        for conversation in due:
+            await self._check(conversation)
+
+    async def _due(self) -> list[str]:
+        """Every conversation's turn comes: the recently changed and new ones now, the rest by turns."""
+        now = self._clock()
+        if self._listed is None or now - self._listed_at >= self.list_interval:
+            listed = await self.reader.manager.store.list_conversations()
+            fresh = set(listed).difference(self._listed or ()).difference(self._seen)
+            for conversation in sorted(fresh):
+                if self._listed is None:  # what the store holds when watching starts is history
+                    self._seen[conversation] = await self._signature(conversation)
+                else:  # it appeared while watched: all it holds is news
+                    self._seen[conversation] = _Seen()
+                    self._changed[conversation] = now
+            self._listed, self._listed_at = listed, now
+        for conversation, at in list(self._changed.items()):
+            if now - at > self.hot_seconds:
+                del self._changed[conversation]
+        return sorted(set(self._changed).union(self._turns(self._listed)))
+
+    def _turns(self, listed: Sequence[str]) -> list[str]:
+        if len(listed) <= self.sweep:
+            return list(listed)
+        start = self._turn % len(listed)
+        self._turn = start + self.sweep
+        return [listed[(start + i) % len(listed)] for i in range(self.sweep)]
+
+    async def _check(self, conversation: str) -> None:
+        if self.live(conversation):  # its events go out live; once it is not, it starts afresh
+            self._seen.pop(conversation, None)
+            self._changed.pop(conversation, None)
+            return
+        now = await self._signature(conversation)
+        before = self._seen.setdefault(conversation, now)
+        if now == before:
+            return
+        self._seen[conversation] = now
+        self._changed[conversation] = self._clock()
+        async with self.reader.open(conversation) as session:
+            self._seen[conversation] = _seen(session)  # it may be newer than the signature
+            for event in await _events(session, before, self._seen[conversation]):
+                self.hub.publish_event(event, synthesized=True)
+
+    async def _signature(self, conversation: str) -> _Seen:
+        """What `_seen` of a loaded session would say, read without loading the transcript."""
+        store = self.reader.manager.store
+        messages = await store.count_messages(conversation)
+        state = await store.load_document(conversation, COMPACTION_DOCUMENT)
+        usage = await store.load_document(conversation, USAGE_DOCUMENT, self.reader.scope)
+        return _Seen(
+            messages,
+            state.version,
+            len(state.data.get("records", ())),
+            bool(state.data.get("compression_required", False)),
+            usage.version,
+        )
 
 
 async def _events(session: Session, before: _Seen, now: _Seen) -> list[Event]:

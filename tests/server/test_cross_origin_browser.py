@@ -1,0 +1,113 @@
+"""In headless Chromium: a page from another origin cannot use the proxy, nor read the API by rebinding DNS."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from contextkeep.server import ServerSettings, create_app
+from contextkeep.server.background import BackgroundServer
+from contextkeep.testing import FakeLLMServer
+from support import service_unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+CHROMIUM = "/usr/bin/chromium"
+REBOUND = "rebind.test"  # an attacker's name, resolved (by Chromium's rules below) to this machine
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "spend the server's key"}]}
+
+ATTACK = """async (target) => {
+  const body = JSON.stringify(CHAT_JSON);
+  const url = target + "/v1/chat/completions";
+  const outcomes = [];
+  const attempt = async (name, init) => {
+    try {
+      const r = await fetch(url, init);
+      outcomes.push(`${name}: ${r.type} ${r.status}`);
+    } catch (e) {
+      outcomes.push(`${name}: ${e.name}`);
+    }
+  };
+  // No preflight: the browser sends it, the page cannot read the answer (the reported attack).
+  await attempt("no-cors text/plain", { method: "POST", mode: "no-cors", body,
+    headers: { "Content-Type": "text/plain" } });
+  await attempt("no-cors form", { method: "POST", mode: "no-cors",
+    body: new URLSearchParams({ payload: body }) });
+  // Preflighted: JSON with a conversation id.
+  await attempt("cors json", { method: "POST", body,
+    headers: { "Content-Type": "application/json", "X-Conversation-Id": "stolen" } });
+  return outcomes;
+}""".replace("CHAT_JSON", json.dumps(CHAT))
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        page = b"<!doctype html><title>elsewhere</title><p>an unrelated site</p>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def elsewhere():
+    """Another origin: a tiny web server on another port."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def browser():
+    if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
+        service_unavailable("chromium", f"{CHROMIUM} not found (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        service_unavailable("playwright", f"the Python package is missing ({exc})")
+    args = ["--headless", "--no-sandbox", "--disable-gpu", f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium") or CHROMIUM, args=args)
+        yield browser
+        browser.close()
+
+
+def test_a_page_elsewhere_cannot_use_the_proxy_or_rebind_to_the_api(browser, elsewhere, tmp_path):
+    with FakeLLMServer(context_window=4_096) as upstream:
+        settings = ServerSettings(
+            store=f"sqlite:///{tmp_path / 'ck.db'}",
+            workspace=str(tmp_path / "ws"),
+            upstream=upstream.base_url,
+            upstream_api_key="sk-server-secret",
+            model="fake-model",
+            window=4_096,
+            tokenizer="tiktoken:o200k_base",
+        )
+        with BackgroundServer(create_app(settings)) as server:
+            page = browser.new_page()
+            page.goto(elsewhere)
+            outcomes = page.evaluate(ATTACK, server.url)
+            assert len(outcomes) == 3, outcomes
+            assert outcomes[2] == "cors json: TypeError", outcomes  # the preflight found no permission
+            assert [r.path for r in upstream.requests if r.path != "/v1/models"] == []
+
+            # DNS rebinding: the attacker's name now points at this machine; the page is same-origin.
+            answer = page.goto(f"http://{REBOUND}:{server.port}/api/conversations")
+            assert answer is not None and answer.status == 421
+            assert page.evaluate("() => fetch('/api/health').then((r) => r.status)") == 421
+
+            # The dashboard itself, opened as usual, works.
+            assert page.goto(f"{server.url}/api/health").status == 200
+            assert page.evaluate("() => fetch('/api/health').then((r) => r.json())")["ok"] is True
