@@ -1,9 +1,11 @@
 """Token budget and context states.
 
 `effective = context_window - reserved_output`, `ratio = used / effective`. The
-state is the highest threshold the ratio has reached. When the window is unknown,
-or the reservation leaves nothing, there is no effective budget: no ratio, no
-state, and no ratio-based compaction (capacity is never guessed).
+state is the highest threshold the ratio has reached. When the window is unknown
+there is no effective budget: no ratio, no state, and no ratio-based compaction
+(capacity is never guessed). A reservation that leaves the prompt no room is not
+"unknown" (that silently turned compaction off): a configured one raises
+`ConfigError`, a request's `max_tokens` is lowered (:func:`reserve_for`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from dataclasses import dataclass, field
 from contextkeep._capabilities import CapacitySource
 from contextkeep._errors import ConfigError
 
-__all__ = ["Budget", "ContextState", "ReservedOutput", "Thresholds", "resolve_reserved_output"]
+__all__ = [
+    "Budget",
+    "ContextState",
+    "ReservedOutput",
+    "Thresholds",
+    "check_reserve",
+    "reserve_for",
+    "resolve_reserved_output",
+]
 
 
 class ContextState(enum.StrEnum):
@@ -107,6 +117,63 @@ def resolve_reserved_output(
     return 0, ReservedOutput.NONE
 
 
+_SETTING = {
+    ReservedOutput.EXPLICIT: "reserved_tokens",
+    ReservedOutput.AGENT: "default_max_tokens",
+    ReservedOutput.MODEL: "max_output_tokens",
+}
+"""The setting each static link of the chain comes from (what a `ConfigError` names)."""
+
+CLAMPED_SHARE = 0.25
+"""A request's `max_tokens` that fills the window, with no configured reservation that fits
+to fall back on, reserves this share of the window (a 32k-token model with 8k of output)."""
+
+
+def reserve_for(
+    window: int | None,
+    explicit: int | None = None,
+    request_max_tokens: int | None = None,
+    agent_max_tokens: int | None = None,
+    model_max_output: int | None = None,
+) -> tuple[int, int | None]:
+    """The reservation of one call by the chain, and the figure it lowered (`None`: nothing lowered).
+
+    A reservation that leaves the prompt no room in `window` is lowered, so compaction stays
+    on: to the configured reservation (explicit, agent default, model maximum) when that fits,
+    else `CLAMPED_SHARE` of the window. It comes from a request's `max_tokens` (a configured
+    one was checked against the window when the manager was built, :func:`check_reserve`), or
+    from a window learned since (a provider's overflow error). Lowered rather than refused:
+    proxies forward whatever `max_tokens` agents send, often the model's catalogue maximum, and
+    the upstream may accept it (Ollama and llama.cpp stop at the window); refusing the call
+    would break agents that work without contextkeep. `Session.prepare` reports it as a
+    `ReserveClamped` event.
+    """
+    reserved, _ = resolve_reserved_output(explicit, request_max_tokens, agent_max_tokens, model_max_output)
+    if window is None or reserved < window:
+        return reserved, None
+    configured, _ = resolve_reserved_output(explicit, None, agent_max_tokens, model_max_output)
+    return configured if 0 < configured < window else int(window * CLAMPED_SHARE), reserved
+
+
+def check_reserve(
+    window: int | None,
+    explicit: int | None = None,
+    agent_max_tokens: int | None = None,
+    model_max_output: int | None = None,
+) -> None:
+    """Raise `ConfigError` naming the setting if the configured reservation fills `window`."""
+    reserved, source = resolve_reserved_output(explicit, None, agent_max_tokens, model_max_output)
+    if window is not None and reserved >= window:
+        raise ConfigError(_SETTING[source], _no_room(reserved, window))
+
+
+def _no_room(reserved: int, window: int) -> str:
+    return (
+        f"reserving {reserved} tokens for the reply leaves no room for the prompt in a {window}-token "
+        "context window (compaction would be off): reserve less than the window"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """The input budget of one model call."""
@@ -121,6 +188,8 @@ class Budget:
     """Which figure `context_window` is (the model's, by its source, or the configuration's cap)."""
     outside: int = 0
     """Prompt tokens sent beside the messages (instructions a framework keeps outside them)."""
+    clamped_from: int | None = None
+    """The reservation asked for when it left the prompt no room (`reserved_output` is lower)."""
 
     def __post_init__(self) -> None:
         if self.context_window is not None and self.context_window <= 0:
@@ -129,13 +198,19 @@ class Budget:
             raise ConfigError("reserved_output", f"must not be negative, got {self.reserved_output}")
         if self.context_window is None:
             object.__setattr__(self, "capacity_source", CapacitySource.UNKNOWN)
+        elif self.reserved_output >= self.context_window:
+            raise ConfigError("reserved_output", _no_room(self.reserved_output, self.context_window))
 
     @property
     def effective(self) -> int | None:
-        """Tokens available to the prompt, or `None` when capacity is unknown or all reserved."""
-        if self.context_window is None or self.reserved_output + self.outside >= self.context_window:
+        """Tokens available to the prompt (at least 1), or `None` when capacity is unknown.
+
+        Instructions sent beside the messages that fill what the reply leaves put the view
+        in overflow (compaction does what it can), never in "unknown".
+        """
+        if self.context_window is None:
             return None
-        return self.context_window - self.reserved_output - self.outside
+        return max(self.context_window - self.reserved_output - self.outside, 1)
 
     def ratio(self, used: int) -> float | None:
         """`used / effective`, or `None` without a known budget."""

@@ -59,9 +59,13 @@ def test_custom_thresholds_up_to_one() -> None:
 
 
 def test_unknown_capacity_gives_no_ratio_or_state() -> None:
-    for budget in (Budget(None, 4096), Budget(4096, 4096), Budget(4096, 8192)):
-        assert budget.effective is None
-        assert budget.ratio(10) is None and budget.state(10) is None and budget.remaining(10) is None
+    budget = Budget(None, 4096)
+    assert budget.effective is None
+    assert budget.ratio(10) is None and budget.state(10) is None and budget.remaining(10) is None
+    # A reservation that fills a known window is not "unknown" (#19 point 5): see test_bad_input.
+    for reserved in (4096, 8192):
+        with pytest.raises(ConfigError, match="reserved_output"):
+            Budget(4096, reserved)
 
 
 def test_reserved_output_priority_chain() -> None:

@@ -52,6 +52,9 @@ class SummaryRequest:
     """Prompt, template, schema and `max_summary_tokens`."""
     counter: TokenCounter
     """Counts tokens to keep the summary within its bound."""
+    digest: Sequence[str] = ()
+    """Lines of the working-set digest that stood for the dropped rounds the summary now replaces
+    (verbatim: the agent's commands with their outputs' references, lines it used); keep them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,9 @@ class SummaryResult:
     """The structured fields, when there are any."""
     method: str = "extractive"
     """`llm` or `extractive`."""
+    wait_seconds: float = 0.0
+    """Time spent waiting for a model (0 for a summariser that calls none); the rest of the
+    summary's time is the summariser's own work (`summary_cpu_ms` of the compaction)."""
 
 
 @runtime_checkable

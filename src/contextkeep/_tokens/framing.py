@@ -248,6 +248,8 @@ class _DeepSeekContext(NamedTuple):
     has_tools: bool
     first_result: bool
     last_result: bool
+    after_results: bool = False
+    """A user message right after a closed run of tool results."""
 
 
 class DeepSeekFraming:
@@ -255,6 +257,12 @@ class DeepSeekFraming:
 
     In thinking mode, reasoning of assistant messages after the last user message is
     part of the prompt and earlier reasoning is not, hence `turn_sensitive`.
+
+    A run of tool results ends with the thinking token the reply opens with (`</think>`, or
+    `<think>` in the last turn); DeepSeek's billed `prompt_tokens` leave it out when a user
+    message comes next instead of a reply: one token fewer than the published template gives,
+    on every call from then on. The user message carries the difference (-1), so a result's
+    count never depends on what follows it.
     """
 
     def __init__(self, *, thinking: bool = False) -> None:
@@ -267,7 +275,8 @@ class DeepSeekFraming:
         nxt = _advance(message, state)
         first = message.role == "tool" and state.prev_role != "tool"
         last = message.role == "tool" and nxt.results >= state.calls
-        return _DeepSeekContext(has_tools and message.role == "system", first, last), nxt
+        after = message.role == "user" and state.prev_role == "tool" and state.results >= state.calls
+        return _DeepSeekContext(has_tools and message.role == "system", first, last, after), nxt
 
     def render(self, message: Message, context: Hashable, *, in_last_turn: bool) -> tuple[str, int]:
         """The text as DeepSeek's chat template renders it (thinking only in the last turn)."""
@@ -277,7 +286,7 @@ class DeepSeekFraming:
         if message.role == "system":
             return message.text + ("\n\n" if context.has_tools else ""), 0
         if message.role == "user":
-            return _USER + message.text + _ASSISTANT + opener, 0
+            return _USER + message.text + _ASSISTANT + opener, -1 if context.after_results else 0
         if message.role == "assistant":
             head = (message.reasoning or "") + _END_THINK if think else ""
             calls = _deepseek_calls(message) if message.tool_calls else ""
@@ -301,7 +310,7 @@ def _deepseek_calls(message: Message) -> str:
     for c in message.tool_calls:
         try:
             args = json.loads(c.arguments) if c.arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # rendered as sent, like any text
             args = c.arguments
         if isinstance(args, dict):
             body = "\n".join(
