@@ -45,6 +45,8 @@ DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
 SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
 CALLS = 10
 REPEAT = 5
+STORES = ("memory", "sqlite")
+"""The stores measured (`bench_integrations.py --stores` chooses)."""
 APP, USER, AGENT = "bench", "bench-user", "coder"
 
 
@@ -202,7 +204,7 @@ async def run(sizes: list[int]) -> list[dict[str, Any]]:
     os.environ.setdefault("ADK_DISABLE_LOAD_DOTENV", "1")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for store in ("memory", "sqlite"):
+        for store in STORES:
             for messages in sizes:
                 rows.append(await _measure(messages, store, Path(tmp)))
     return rows

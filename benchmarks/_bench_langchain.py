@@ -41,6 +41,8 @@ TOKENIZER = Path(__file__).resolve().parents[1].parent / "shared" / "tokenizers"
 TOOL_CALLS = 10
 REPEATS = 7
 """Timed runs per configuration; the best is reported (the machine's noise only adds)."""
+STORES = ("memory", "sqlite")
+"""The stores measured (`bench_integrations.py --stores` chooses)."""
 
 
 def _output(n: int) -> str:
@@ -141,7 +143,7 @@ async def run(sizes: list[int]) -> list[dict[str, Any]]:
     encoder = HFEncoder(TOKENIZER)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
-        for store in ("memory", "sqlite"):
+        for store in STORES:
             url = "memory://" if store == "memory" else f"sqlite:///{folder}/bench.db"
             cm = ck.ContextManager(
                 ck.ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192),

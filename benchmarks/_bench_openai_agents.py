@@ -36,6 +36,8 @@ DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
 SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
 CALLS = 10
 REPEAT = 5
+STORES = ("memory", "sqlite")
+"""The stores measured (`bench_integrations.py --stores` chooses)."""
 
 
 def output(n: int) -> str:
@@ -141,7 +143,7 @@ async def run(sizes: list[int]) -> list[dict[str, Any]]:
     set_tracing_disabled(True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for store in ("memory", "sqlite"):
+        for store in STORES:
             for messages in sizes:
                 rows.append(await _measure(messages, store, Path(tmp)))
     return rows

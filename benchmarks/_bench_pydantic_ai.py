@@ -47,6 +47,8 @@ DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
 SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
 CALLS = 10
 REPEAT = 5
+STORES = ("memory", "sqlite")
+"""The stores measured (`bench_integrations.py --stores` chooses)."""
 LIMITS = UsageLimits(request_limit=1_000)
 
 
@@ -149,7 +151,7 @@ async def run(sizes: list[int]) -> list[dict[str, Any]]:
     """One row per store and history size."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for store in ("memory", "sqlite"):
+        for store in STORES:
             for messages in sizes:
                 rows.append(await _measure(messages, store, Path(tmp)))
     return rows

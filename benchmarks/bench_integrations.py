@@ -7,7 +7,11 @@ messages, on the in-memory and the SQLite store, counting with DeepSeek's exact
 
     pip install -e '.[dev]'
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py [--sizes 20,100,300]
-        [--only langchain,pydantic-ai,openai-agents,google-adk]
+        [--only langchain,pydantic-ai,openai-agents,google-adk] [--stores memory,sqlite] [--breakdown]
+
+`--breakdown` also prints, per framework at the largest size, where each model call's time goes
+(the integration's own conversion and mapping, the engine's sync, prepare and record: see
+`_bench_breakdown.py`); its clocks add a little to the figures of that run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import asyncio
 import importlib
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from _bench_breakdown import clocked, table
 
 PARTS = {
     "langchain": "_bench_langchain",
@@ -48,28 +54,42 @@ def _table(rows: list[dict[str, Any]], sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
-async def main(sizes: list[int], only: list[str]) -> None:
+async def main(sizes: list[int], only: list[str], stores: list[str], breakdown: bool) -> None:
     """Run the chosen parts one after the other (never side by side: they would share the cores)."""
     rows: list[dict[str, Any]] = []
+    steps: list[str] = []
     for framework in only:
-        run: Callable[[list[int]], Awaitable[list[dict[str, Any]]]] = importlib.import_module(
-            PARTS[framework]
-        ).run
+        module = importlib.import_module(PARTS[framework])
+        setattr(module, "STORES", tuple(stores))  # noqa: B010  # each part loops over its STORES
+        run: Callable[[list[int]], Awaitable[list[dict[str, Any]]]] = module.run
         part = await run(sizes)
         rows += part
         for row in part:
             print(row, flush=True)
+        if breakdown:
+            setattr(module, "STORES", ("memory",))  # noqa: B010
+            with clocked(framework) as times:
+                await run(sizes[-1:])
+            steps.append(table(framework, sizes[-1], times))
     print()
     print(_table(rows, sizes))
+    for lines in steps:
+        print()
+        print(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="20,100,300", help="history lengths, comma-separated")
     parser.add_argument("--only", default=",".join(PARTS), help="frameworks, comma-separated")
+    parser.add_argument("--stores", default="memory,sqlite", help="stores, comma-separated")
+    parser.add_argument("--breakdown", action="store_true", help="where each call's time goes (memory)")
     args = parser.parse_args()
     chosen = [f.strip() for f in args.only.split(",") if f.strip()]
     unknown = sorted(set(chosen) - set(PARTS))
     if unknown:
         parser.error(f"unknown framework(s) {unknown}; choose from {sorted(PARTS)}")
-    asyncio.run(main([int(n) for n in args.sizes.split(",")], chosen))
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if sorted(set(stores) - {"memory", "sqlite"}):
+        parser.error(f"unknown store(s) in {stores}; choose from memory, sqlite")
+    asyncio.run(main([int(n) for n in args.sizes.split(",")], chosen, stores, args.breakdown))

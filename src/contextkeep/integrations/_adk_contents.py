@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
+from operator import ne
 from typing import Any, NamedTuple, cast
 
 from google.adk.flows.llm_flows.functions import AF_FUNCTION_CALL_ID_PREFIX
@@ -31,6 +32,7 @@ from google.genai import types
 
 from contextkeep._continuation import with_stable_ids
 from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, TextPart, ToolCall
+from contextkeep.integrations._bridge import common_prefix
 
 __all__ = ["Converted", "History", "Place", "instructions_of", "message_of", "request_scoped", "tools_of"]
 
@@ -72,15 +74,21 @@ class History:
     """One conversation's request contents as messages, each content converted once."""
 
     def __init__(self) -> None:
+        self.conversions = 0
+        """Contents converted so far (each new or changed one once)."""
         self._entries: list[_Entry] = []
+        self._anchors: list[tuple[object, ...]] = []
+        """`_entries`' anchors, compared in C with the next request's."""
         self._messages: list[Message] = []
         self._places: list[Place] = []
 
     def convert(self, contents: Sequence[types.Content]) -> Converted:
         """The messages of `contents`, reusing the conversion of every content seen before."""
         anchors = [_anchor(c) for c in contents]
-        keep = 0
-        for entry, anchor, content in zip(self._entries, anchors, contents, strict=False):
+        keep = common_prefix(self._anchors, anchors, ne)  # the usual case: every content seen
+        for entry, anchor, content in zip(
+            self._entries[keep:], anchors[keep:], contents[keep:], strict=False
+        ):
             if entry.anchor != anchor:
                 if entry.content != content:
                     break
@@ -90,6 +98,8 @@ class History:
         del self._entries[keep:], self._messages[end:], self._places[end:]
         if keep < len(contents):
             self._add(contents, anchors, keep)
+        self._anchors = anchors
+        self.conversions += len(contents) - keep
         return Converted(list(self._messages), contents, list(self._places))
 
     def _add(

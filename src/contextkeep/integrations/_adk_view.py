@@ -21,6 +21,7 @@ from google.genai import types
 
 from contextkeep._messages import ContentPart, Message, TextPart
 from contextkeep.integrations._adk_contents import Converted
+from contextkeep.integrations._bridge import common_prefix
 
 __all__ = ["Rebuilt"]
 
@@ -42,6 +43,8 @@ class Rebuilt:
         self.limit = limit
         """How many built contents are kept."""
         self._built: dict[tuple[str, ...], types.Content] = {}
+        self._alignment: tuple[list[Message], list[Message], dict[str, int]] = ([], [], {})
+        """The last transcript and history aligned, and how (`_aligned`)."""
 
     def contents(
         self, view: Sequence[Message], transcript: Sequence[Message], synced: Converted
@@ -53,7 +56,7 @@ class Rebuilt:
         message behind it (made by the view, or older than where the history stops matching the
         transcript) is built from itself, calls and all; consecutive results go into one content.
         """
-        at = _aligned(transcript, synced.messages)
+        at = self._aligned(transcript, synced.messages)
         places, messages = synced.places, synced.messages
         out: list[types.Content] = []
         group: list[_Member] = []
@@ -98,6 +101,27 @@ class Rebuilt:
             return self._built_for(key, partial(_content, content, group, synced))
         return _content(content, group, synced)
 
+    def _aligned(self, transcript: Sequence[Message], history: Sequence[Message]) -> dict[str, int]:
+        """`_aligned`, walking only the messages added since the last call when the rest stayed.
+
+        With the same messages before and the same offset between the two, the walk back from
+        the newest reaches the old newest and goes on as it went then (its result is kept).
+        """
+        stored, seen, known = self._alignment
+        if (
+            len(transcript) - len(history) == len(stored) - len(seen)
+            and len(history) >= len(seen)
+            and common_prefix(stored, transcript) == len(stored)
+            and common_prefix(seen, history) == len(seen)
+        ):
+            at = _aligned(transcript, history, stop=len(seen))
+            if len(at) == len(history) - len(seen):  # the new ones all matched
+                at = {**known, **at}
+        else:
+            at = _aligned(transcript, history)
+        self._alignment = (list(transcript), list(history), at)
+        return at
+
     def _built_for(self, key: tuple[str, ...], build: Callable[[], types.Content]) -> types.Content:
         built = self._built.get(key)
         if built is None:
@@ -107,10 +131,10 @@ class Rebuilt:
         return built
 
 
-def _aligned(transcript: Sequence[Message], history: Sequence[Message]) -> dict[str, int]:
-    """Transcript id -> index in `history`, matching both from the newest message back."""
+def _aligned(transcript: Sequence[Message], history: Sequence[Message], stop: int = 0) -> dict[str, int]:
+    """Transcript id -> index in `history`, matching both from the newest message back (to `stop`)."""
     at: dict[str, int] = {}
-    for stored, i in zip(reversed(transcript), range(len(history) - 1, -1, -1), strict=False):
+    for stored, i in zip(reversed(transcript), range(len(history) - 1, stop - 1, -1), strict=False):
         if stored.id is None or stored.key != history[i].key:
             break
         at[stored.id] = i

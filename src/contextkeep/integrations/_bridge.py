@@ -5,11 +5,17 @@ or more neutral messages. :class:`Origins` remembers, per transcript message id,
 came from; a view message the compaction left as it was maps back to that object, and one it
 changed (masked, truncated) or made (the summary, the dropped-rounds marker) has no origin, so
 the integration builds a new object of the framework's own type for it.
+
+Frameworks hand over the same objects call after call, and the view keeps its messages as
+the same objects while they stay as they were: :func:`common_prefix` finds, in C, how much of
+a list is the very objects of the last one, so a call converts and maps only what follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, count, islice
+from operator import is_not
 from typing import Any, Generic, TypeVar
 
 from contextkeep._continuation import fingerprint, with_stable_ids
@@ -19,9 +25,19 @@ from contextkeep._session import Session, Tools
 from contextkeep._usage import Usage
 from contextkeep._view import View
 
-__all__ = ["Origins"]
+__all__ = ["Origins", "common_prefix"]
 
 T = TypeVar("T")
+
+
+def common_prefix(
+    old: Sequence[object], new: Sequence[object], differ: Callable[[Any, Any], bool] = is_not
+) -> int:
+    """How many leading items of `new` are the very objects at the same places in `old`.
+
+    `differ` tells two items apart (`operator.ne` compares values instead).
+    """
+    return next(compress(count(), map(differ, old, new)), min(len(old), len(new)))
 
 
 class Origins(Generic[T]):
@@ -30,6 +46,12 @@ class Origins(Generic[T]):
     def __init__(self) -> None:
         self._by_id: dict[str, tuple[Message, T]] = {}
         """Per transcript message id: the message as stored, and its origin."""
+        self._mapped: tuple[list[Message], list[tuple[Message, T | None]]] = ([], [])
+        """The last view mapped, and its mapping (reused for the messages the next view keeps)."""
+        self._unmatched: set[str] = set()
+        """Ids the last mapping found no origin for: an origin remembered for one makes it stale."""
+        self.mapped = 0
+        """View messages mapped so far (the ones the last view did not show as they are)."""
 
     async def sync(
         self,
@@ -66,7 +88,7 @@ class Origins(Generic[T]):
         ):
             if m.id is None or m.id in self._by_id or fingerprint(m) != fingerprint(seen):
                 return
-            self._by_id[m.id] = (m, origin)
+            self.remember(m, origin)
 
     async def record(
         self, session: Session, reply: Message | Mapping[str, Any], origin: T, usage: Usage
@@ -78,8 +100,11 @@ class Origins(Generic[T]):
 
     def remember(self, stored: Message, origin: T) -> None:
         """Remember `origin` as the object behind a message stored another way (`Session.complete`)."""
-        if stored.id is not None:
-            self._by_id[stored.id] = (stored, origin)
+        if stored.id is None:
+            return
+        if stored.id in self._by_id or stored.id in self._unmatched:  # the last mapping may show it
+            self._mapped, self._unmatched = ([], []), set()
+        self._by_id[stored.id] = (stored, origin)
 
     def map_view(self, session: Session, view: View | Sequence[Message]) -> list[tuple[Message, T | None]]:
         """Each view message with its origin, or None where the view changed or made the message.
@@ -87,12 +112,21 @@ class Origins(Generic[T]):
         `view` is a `View` or its `neutral` messages (what `Session.complete` hands an adapter).
         A message is unchanged when what the model reads of it (its content key) is that of the
         message stored under its id when the origin was remembered; `session` (the view's
-        conversation) is not read again, so a view costs work per message in it, not per message
-        in the transcript.
+        conversation) is not read again. The messages the last view began with (the same objects)
+        keep their pairs, so a view costs work per message it changed or added since.
         """
-        out: list[tuple[Message, T | None]] = []
-        for m in view.neutral if isinstance(view, View) else view:
+        messages = view.neutral if isinstance(view, View) else view
+        last, mapped = self._mapped
+        keep = common_prefix(last, messages)
+        out = mapped[:keep]
+        if not keep:
+            self._unmatched = set()
+        self.mapped += len(messages) - keep
+        for m in islice(messages, keep, None):
             known = self._by_id.get(m.id) if m.id is not None else None
             unchanged = known is not None and (m is known[0] or m.key == known[0].key)
+            if not unchanged and m.id is not None:
+                self._unmatched.add(m.id)
             out.append((m, known[1] if known is not None and unchanged else None))
-        return out
+        self._mapped = (list(messages), out)
+        return list(out)

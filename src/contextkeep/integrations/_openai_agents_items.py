@@ -194,6 +194,8 @@ class ItemHistory:
     def __init__(self) -> None:
         self.kept = 0
         """How many messages of the last `convert` the call before had already converted."""
+        self.conversions = 0
+        """Items converted so far (each new one once)."""
         self._items: list[Item] = []
         self._ends: list[int] = []
         """Index after the last item of each message."""
@@ -209,6 +211,7 @@ class ItemHistory:
         self.kept = bisect_right(self._ends, same)
         start = self._ends[self.kept - 1] if self.kept else 0
         ends, converted = _grouped(items, start)
+        self.conversions += len(items) - start
         self._items = list(items)
         self._ends = self._ends[: self.kept] + ends
         self._converted = self._converted[: self.kept] + converted

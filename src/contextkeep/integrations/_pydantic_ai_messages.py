@@ -10,8 +10,11 @@ travel with the request or response that holds them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
+from operator import attrgetter, ne
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -42,6 +45,7 @@ from pydantic_ai.usage import RequestUsage
 
 from contextkeep import _messages as ck
 from contextkeep._usage import Usage
+from contextkeep.integrations._bridge import common_prefix
 
 __all__ = ["Converter", "Origin", "instructions_of", "reply_message", "tool_dicts", "usage_of"]
 
@@ -69,27 +73,73 @@ Mapped = list[tuple[ck.Message, Origin | None]]
 class Converter:
     """Converts a history and maps views back, each object once while the conversation shows it.
 
-    Tool outputs are long and a view changes few messages between calls: a history message is
-    converted once, and the request or response made for the same view messages is made once.
+    Within a run, pydantic-ai hands over the same message objects again, then the new ones: the
+    messages (and their parts lists, of the same lengths) the last history began with keep their
+    conversion (compared in C), and only what follows is looked up, or converted. Views keep their
+    messages as the same objects too: the requests and responses made for the groups the last
+    view began with are reused, and a masked message's request is made once while it shows.
     """
 
     def __init__(self) -> None:
-        self._converted: dict[int, tuple[ModelMessage, Sequence[Any], int, Converted]] = {}
+        self.conversions = 0
+        """History messages converted so far (new ones, or ones whose parts changed)."""
+        self._history: list[ModelMessage] = []
+        self._parts: list[Sequence[Any]] = []
+        self._sizes: list[int] = []
+        self._ends: list[int] = []
+        """Per message of `_history`: the index after its last neutral message in `_out`."""
+        self._out: Converted = []
+        self._seen: dict[int, tuple[ModelMessage, Sequence[Any], int, Converted]] = {}
+        """Messages converted, by identity: one found at another place (a history processor
+        trimmed the front) is not converted again. Pruned to the history's when twice as long."""
+        self._pairs: Mapped = []
+        """The last view mapped; per group of it (below): the index after its last pair, its message,
+        and its key in `_made` (None for the history's own message)."""
+        self._group_ends: list[int] = []
+        self._messages: list[ModelMessage] = []
+        self._keys: list[tuple[int, ...] | None] = []
         self._made: dict[tuple[int, ...], tuple[Mapped, ModelMessage]] = {}
 
     def convert(self, history: Sequence[ModelMessage]) -> Converted:
         """The neutral messages of `history`, in order, each with its origin."""
-        cache, kept = self._converted, {}
-        out: Converted = []
-        for message in history:
-            hit = cache.get(id(message))
-            parts = message.parts
-            if hit is None or hit[0] is not message or hit[1] is not parts or hit[2] != len(parts):
-                hit = (message, parts, len(parts), _convert(message))  # new, or its parts replaced
-            kept[id(message)] = hit
+        parts = list(map(_PARTS, history))
+        sizes = list(map(len, parts))
+        keep = min(
+            common_prefix(self._history, history),
+            common_prefix(self._parts, parts),
+            common_prefix(self._sizes, sizes, ne),  # parts added to a message in place
+        )
+        out = self._out[: self._ends[keep - 1] if keep else 0]
+        ends = self._ends[:keep]
+        seen = self._seen
+        for message, message_parts in zip(
+            islice(history, keep, None), islice(parts, keep, None), strict=True
+        ):
+            hit = seen.get(id(message))
+            if (
+                hit is None
+                or hit[0] is not message
+                or hit[1] is not message_parts
+                or hit[2] != len(message_parts)
+            ):
+                hit = seen[id(message)] = (message, message_parts, len(message_parts), _convert(message))
+                self.conversions += 1
             out.extend(hit[3])
-        self._converted = kept  # only what this history still holds
-        return out
+            ends.append(len(out))
+        if len(seen) > 2 * len(history) + 16:  # forget what older histories held (amortised)
+            starts = [0, *ends[:-1]]
+            self._seen = {
+                id(m): (m, p, len(p), out[a:b])
+                for m, p, a, b in zip(history, parts, starts, ends, strict=True)
+            }
+        self._history, self._parts, self._sizes, self._ends, self._out = (
+            list(history),
+            parts,
+            sizes,
+            ends,
+            out,
+        )
+        return list(out)
 
     def from_view(self, view: Iterable[tuple[ck.Message, Origin | None]]) -> list[ModelMessage]:
         """pydantic-ai messages for a view: the original objects where it left them as they were.
@@ -98,39 +148,61 @@ class Converter:
         exactly its parts, else a copy of their first request holding the parts the view keeps
         (with that request's unmodelled parts), new parts where the view changed or made a message.
         """
-        kept: dict[tuple[int, ...], tuple[Mapped, ModelMessage]] = {}
-        out = [self._message(group, kept) for group in _groups(view)]
-        self._made = kept  # only what this view still shows
-        return out
+        pairs = list(view)
+        # The groups that end before the first pair the view changed are the last view's.
+        kept = bisect_left(self._group_ends, common_prefix(self._pairs, pairs))
+        ends, messages, keys = self._group_ends[:kept], self._messages[:kept], self._keys[:kept]
+        stale = set(self._keys[kept:])
+        for end, group in _grouped(pairs, ends[-1] if ends else 0):
+            message, key = self._message(group)
+            ends.append(end)
+            messages.append(message)
+            keys.append(key)
+            stale.discard(key)
+        for key in stale - {None}:
+            self._made.pop(key, None)  # type: ignore[arg-type]
+        self._pairs, self._group_ends, self._messages, self._keys = pairs, ends, messages, keys
+        return list(messages)
 
-    def _message(
-        self, group: Mapped, kept: dict[tuple[int, ...], tuple[Mapped, ModelMessage]]
-    ) -> ModelMessage:
+    def _message(self, group: Mapped) -> tuple[ModelMessage, tuple[int, ...] | None]:
+        """The message for one group, and its key in `_made` when it was made for the view."""
         message, origin = group[0]
         if message.role == "assistant" and origin is not None:
-            return origin.message
+            return origin.message, None
         unchanged = _unchanged(group)
         if unchanged is not None:
-            return unchanged
+            return unchanged, None
         key = tuple(id(x) for pair in group for x in pair)
         hit = self._made.get(key)
         if hit is None or any(
             a[0] is not b[0] or a[1] is not b[1] for a, b in zip(hit[0], group, strict=True)
         ):
-            hit = (group, _new_response(message) if message.role == "assistant" else _request(group))
-        kept[key] = hit
-        return hit[1]
+            hit = self._made[key] = (
+                group,
+                _new_response(message) if message.role == "assistant" else _request(group),
+            )
+        return hit[1], key
 
 
-def _groups(view: Iterable[tuple[ck.Message, Origin | None]]) -> list[Mapped]:
-    """The view split into requests (runs of non-assistant messages) and responses (one each)."""
+_PARTS = attrgetter("parts")
+
+
+def _grouped(view: Sequence[tuple[ck.Message, Origin | None]], start: int) -> list[tuple[int, Mapped]]:
+    """`view[start:]` as requests (runs of non-assistant messages) and responses (one each).
+
+    Each group comes with the index in `view` after its last message.
+    """
     groups: list[Mapped] = []
-    for pair in view:
+    ends: list[int] = []
+    for i in range(start, len(view)):
+        pair = view[i]
         if pair[0].role != "assistant" and groups and groups[-1][0][0].role != "assistant":
             groups[-1].append(pair)
+            ends[-1] = i + 1
         else:
             groups.append([pair])
-    return groups
+            ends.append(i + 1)
+    return list(zip(ends, groups, strict=True))
 
 
 def _convert(message: ModelMessage) -> Converted:
