@@ -109,8 +109,6 @@ class Message:
     """Provider fields kept verbatim for lossless conversion back; never sent in a view."""
     key: str = field(init=False, repr=False, compare=False)
     """Content hash (role, content, calls, call id, name, reasoning): the token-count cache key."""
-    _json: str | None = field(default=None, init=False, repr=False, compare=False)
-    """:func:`message_json`, once computed (a message is stored, then offloaded: serialised once)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", _content_key(self))
@@ -162,7 +160,8 @@ def _content_key(m: Message) -> str:
         m.name,
         m.reasoning,
     ]
-    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    # A lone surrogate still hashes (adding such a message raises `MessageFormatError`, see `_validation`).
+    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
@@ -193,12 +192,12 @@ def message_to_dict(m: Message) -> dict[str, Any]:
 
 
 def message_json(m: Message) -> str:
-    """`message_to_dict` as compact JSON (one line), computed once per message object."""
-    if m._json is None:
-        text = json.dumps(message_to_dict(m), ensure_ascii=False, separators=(",", ":"))
-        object.__setattr__(m, "_json", text)
-        return text
-    return m._json
+    """`message_to_dict` as compact JSON (one line).
+
+    Not kept on the message: a history in RAM would hold every message twice (a store that
+    persists JSON serialises each message once, when it is appended).
+    """
+    return json.dumps(message_to_dict(m), ensure_ascii=False, separators=(",", ":"))
 
 
 def message_from_dict(d: Mapping[str, Any]) -> Message:

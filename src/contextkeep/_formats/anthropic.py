@@ -16,23 +16,48 @@ from typing import Any
 from contextkeep._errors import MessageFormatError
 from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, Role, TextPart, ToolCall
 
-__all__ = ["from_anthropic", "to_anthropic"]
+__all__ = ["AnthropicAssembly", "from_anthropic", "message_blocks", "to_anthropic"]
 
 _FORMAT = "anthropic"
 
 
 def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """Return `(system, messages)` for the Messages API."""
-    system: list[str] = []
-    out: list[dict[str, Any]] = []
+    assembly = AnthropicAssembly()
     for m in messages:
+        assembly.add(m)
+    return assembly.result()
+
+
+class AnthropicAssembly:
+    """`to_anthropic`'s output built one message at a time, so it can be cut back and extended.
+
+    Merging a tool result into the `user` message before it replaces that message's dict
+    instead of extending it: a list handed out earlier never changes under its holder.
+    """
+
+    def __init__(self) -> None:
+        self.system: list[str] = []
+        """The system texts so far."""
+        self.messages: list[dict[str, Any]] = []
+        """The API messages so far."""
+        # Per message added: the lengths of `system`, `messages` and the last content list before it.
+        self._marks: list[tuple[int, int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._marks)
+
+    def add(self, m: Message, blocks: list[dict[str, Any]] | None = None) -> None:
+        """Append `m`; `blocks` are its `message_blocks` when already known."""
+        out = self.messages
+        last = out[-1]["content"] if out else None
+        self._marks.append((len(self.system), len(out), len(last) if isinstance(last, list) else -1))
         if m.role == "system":
-            system.append(m.text)
-            continue
-        blocks = _blocks(m)
-        merge = m.role == "tool" and out and out[-1]["role"] == "user" and _all_results(out[-1])
-        if merge:
-            out[-1]["content"].extend(blocks)
+            self.system.append(m.text)
+            return
+        blocks = message_blocks(m) if blocks is None else blocks
+        if m.role == "tool" and out and out[-1]["role"] == "user" and _all_results(out[-1]):
+            out[-1] = {**out[-1], "content": [*out[-1]["content"], *blocks]}
         elif (
             m.role in ("user", "assistant")
             and isinstance(m.content, str)
@@ -42,7 +67,20 @@ def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str
             out.append({"role": m.role, "content": m.content})
         else:
             out.append({"role": "assistant" if m.role == "assistant" else "user", "content": blocks})
-    return ("\n\n".join(system) if system else None), out
+
+    def cut(self, at: int) -> None:
+        """Forget the messages added from position `at` on, as if only the first `at` were added."""
+        if at >= len(self._marks):
+            return
+        system, count, content = self._marks[at]
+        del self.system[system:], self.messages[count:], self._marks[at:]
+        out = self.messages
+        if content >= 0 and len(out[-1]["content"]) != content:  # tool results merged after `at`
+            out[-1] = {**out[-1], "content": out[-1]["content"][:content]}
+
+    def result(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """`(system, messages)` as `to_anthropic` returns them (a new list each time)."""
+        return ("\n\n".join(self.system) if self.system else None), list(self.messages)
 
 
 def from_anthropic(
@@ -73,7 +111,8 @@ def _all_results(message: dict[str, Any]) -> bool:
     return isinstance(content, list) and all(b.get("type") == "tool_result" for b in content)
 
 
-def _blocks(m: Message) -> list[dict[str, Any]]:
+def message_blocks(m: Message) -> list[dict[str, Any]]:
+    """The content blocks one non-system message contributes (before tool results are merged)."""
     if m.role == "tool":
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
         result["content"] = m.content if isinstance(m.content, str) else _content_blocks(m.content)

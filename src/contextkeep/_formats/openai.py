@@ -13,7 +13,7 @@ from typing import Any, cast
 from contextkeep._errors import MessageFormatError
 from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, Role, TextPart, ToolCall
 
-__all__ = ["from_openai", "to_openai"]
+__all__ = ["from_openai", "to_openai", "view_message"]
 
 _FORMAT = "openai"
 _ROLES: dict[str, Role] = {
@@ -59,6 +59,11 @@ def _cached_view_message(m: Message) -> dict[str, Any]:
             _VIEW_CACHE.clear()
         cached = _VIEW_CACHE[m.key] = _message_to_openai(m, False)
     return dict(cached)
+
+
+def view_message(m: Message) -> dict[str, Any]:
+    """One message as a view sends it (`to_openai` without `lossless`), freshly converted."""
+    return _message_to_openai(m, False)
 
 
 def _message_from_openai(d: Mapping[str, Any], index: int) -> Message:
