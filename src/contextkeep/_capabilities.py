@@ -28,6 +28,8 @@ __all__ = [
     "registry_context_window",
     "resolve_capacity",
     "resolve_model_spec",
+    "served_window",
+    "window_from_models",
 ]
 
 logger = logging.getLogger("contextkeep.capabilities")
@@ -40,6 +42,10 @@ class CapacitySource(enum.StrEnum):
     """Set in code or configuration."""
     ENDPOINT = "endpoint"
     """Read from the serving endpoint's metadata."""
+    UPSTREAM = "upstream"
+    """Read from the proxied upstream's `/v1/models` (`contextkeep serve --upstream`)."""
+    PROVIDER_ERROR = "provider_error"
+    """Stated by the provider's own overflow error ("maximum context length is 16384 tokens")."""
     REGISTRY = "registry"
     """Looked up in the genai-prices registry."""
     CONFIG = "config"
@@ -124,12 +130,20 @@ def registry_context_window(model: str) -> int | None:
     return window if isinstance(window, int) and window > 0 else None
 
 
-def _window_from_models(payload: Any, model: str) -> int | None:
+_WINDOW_KEYS = ("max_model_len", "context_length", "context_window")
+"""Where `/v1/models` entries state the window: vLLM, OpenRouter and LM Studio style, others."""
+
+
+def window_from_models(payload: Any, model: str) -> int | None:
+    """The window a `/v1/models` answer states for `model` (vLLM's `max_model_len`, `context_length`)."""
     data = payload.get("data") if isinstance(payload, Mapping) else None
     for entry in data or ():
         if isinstance(entry, Mapping) and entry.get("id") == model:
-            value = entry.get("max_model_len")
-            return value if isinstance(value, int) and value > 0 else None
+            for key in _WINDOW_KEYS:
+                value = entry.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+            return None
     return None
 
 
@@ -198,7 +212,7 @@ async def aresolve_model_spec(
 
 def _probe_sync(client: httpx.Client, base_url: str, model: str) -> int | None:
     try:
-        found = _window_from_models(client.get(f"{base_url.rstrip('/')}/models").json(), model)
+        found = window_from_models(client.get(f"{base_url.rstrip('/')}/models").json(), model)
         if found is None:
             reply = client.post(f"{_ollama_root(base_url)}/api/show", json={"model": model})
             found = _window_from_ollama(reply.json()) if reply.status_code == 200 else None
@@ -208,13 +222,31 @@ def _probe_sync(client: httpx.Client, base_url: str, model: str) -> int | None:
     return found
 
 
-async def _probe_async(client: httpx.AsyncClient, base_url: str, model: str) -> int | None:
+async def served_window(
+    client: httpx.AsyncClient, base_url: str, model: str, headers: Mapping[str, str] | None = None
+) -> int | None:
+    """The window an OpenAI-compatible server states for `model` (`/v1/models`, else Ollama's `/api/show`).
+
+    `None` when it states none; raises `httpx.HTTPError` when it cannot be reached.
+    """
+    sent = dict(headers or {})
     try:
-        found = _window_from_models((await client.get(f"{base_url.rstrip('/')}/models")).json(), model)
+        found = window_from_models(
+            (await client.get(f"{base_url.rstrip('/')}/models", headers=sent)).json(), model
+        )
         if found is None:
-            reply = await client.post(f"{_ollama_root(base_url)}/api/show", json={"model": model})
+            reply = await client.post(
+                f"{_ollama_root(base_url)}/api/show", json={"model": model}, headers=sent
+            )
             found = _window_from_ollama(reply.json()) if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError) as exc:
-        logger.info("no capacity metadata from %s: %s", base_url, exc)
+    except ValueError:  # an answer that is not JSON: no model list there
         return None
     return found
+
+
+async def _probe_async(client: httpx.AsyncClient, base_url: str, model: str) -> int | None:
+    try:
+        return await served_window(client, base_url, model)
+    except httpx.HTTPError as exc:
+        logger.info("no capacity metadata from %s: %s", base_url, exc)
+        return None

@@ -9,8 +9,10 @@ framework drops or adds do not matter.
 1. The transcript is a prefix of the history: the rest of the history is new.
 2. Otherwise the history changed older messages itself (trimmed them, rewrote the
    system prompt): if the latest recorded assistant reply, with the results recorded
-   after it, is in the history, what follows its last occurrence is new. The transcript
-   keeps the original messages; the edits are not applied (the transcript is append-only).
+   after it, is in the history, what follows its last occurrence is new (an earlier reply
+   that reads the same, in a history that still follows the transcript up to it, does not
+   count: that history stops before the latest reply). The transcript keeps the original
+   messages; the edits are not applied (the transcript is append-only).
 3. Otherwise the history does not continue this transcript (edited, forked, or a
    retry of a reply that was never delivered): :func:`new_messages` returns ``None``
    and :func:`first_divergence` names the first message that differs.
@@ -55,9 +57,17 @@ def new_messages(stored: Sequence[Message], incoming: Sequence[Message]) -> list
         return None
     tail = known[last_reply:]
     for i in range(len(seen) - len(tail), -1, -1):
-        if seen[i : i + len(tail)] == tail:
+        # An earlier reply that reads the same, where the history still follows the transcript, is
+        # not the latest one: the history stops before it (a retry or a branch).
+        if seen[i : i + len(tail)] == tail and not _earlier_twin(known, seen, i, last_reply):
             return list(incoming[i + len(tail) :])
     return None
+
+
+def _earlier_twin(known: list[Fingerprint], seen: list[Fingerprint], at: int, last_reply: int) -> bool:
+    """Whether `seen[at:]` starts with an older transcript message like the latest reply, in its own place."""
+    end = at + len(known) - last_reply
+    return at < last_reply and known[at:end] == seen[at:end] and seen[:at] == known[:at]
 
 
 def first_divergence(stored: Sequence[Message], incoming: Sequence[Message]) -> int:
@@ -117,18 +127,22 @@ def _answered(pending: list[tuple[str, str]], name: str | None) -> str | None:
 def _message_ids(m: Message, index: int, pending: list[tuple[str, str]]) -> Message:
     if m.role == "tool":
         if m.tool_call_id:
-            pending[:] = [p for p in pending if p[0] != m.tool_call_id]
+            if pending:
+                pending[:] = [p for p in pending if p[0] != m.tool_call_id]
             return m
         call_id = _answered(pending, m.name)
         return m if call_id is None else replace(m, tool_call_id=call_id)
     if not m.tool_calls:
+        return m
+    if all(c.id for c in m.tool_calls):  # the usual case (every sync walks the whole history)
+        pending[:] = [(c.id, c.name) for c in m.tool_calls]
         return m
     calls = tuple(
         c if c.id else ToolCall(_derived_id(index, j, c.name, c.arguments), c.name, c.arguments, c.extra)
         for j, c in enumerate(m.tool_calls)
     )
     pending[:] = [(c.id, c.name) for c in calls]
-    return m if calls == m.tool_calls else replace(m, tool_calls=calls)
+    return replace(m, tool_calls=calls)
 
 
 def _dict_ids(d: Mapping[str, Any], index: int, pending: list[tuple[str, str]]) -> Mapping[str, Any]:

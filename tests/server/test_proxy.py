@@ -10,6 +10,7 @@ import pytest
 
 from contextkeep._config import ContextConfig
 from contextkeep.server import ServerSettings, create_app
+from contextkeep.server._derived_id import derived_conversation_id
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter
 from support import SSECollector, closing, types
@@ -149,18 +150,19 @@ def test_stream_with_usage_pass_through_and_divergence(proxy):
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
     status = client_json(server, "/api/conversations/s-1/status")
     assert status["usage"]["status"] == "CONFIRMED_BASELINE" and status["messages"] == 2
-    # Without X-Conversation-Id the request passes through untouched and nothing is stored.
+    # Without X-Conversation-Id the conversation is named after its head (`server._derived_id`).
     plain = client(server, None).chat.completions.create(
         model="fake-model", messages=[{"role": "user", "content": "x"}]
     )
     assert plain.choices[0].message.tool_calls
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "x"}]
-    assert [c["id"] for c in client_json(server, "/api/conversations")] == ["s-1"]
-    # A history that does not continue the stored one is refused before the model is called.
-    with pytest.raises(openai.ConflictError):
-        client(server, "s-1").chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": "other"}]
-        )
+    derived = derived_conversation_id([{"role": "user", "content": "x"}])
+    assert sorted(c["id"] for c in client_json(server, "/api/conversations")) == [derived, "s-1"]
+    # A history that does not continue the stored one is a branch: served in a fork of its own.
+    client(server, "s-1").chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "other"}]
+    )
+    assert upstream.requests[-1].body["messages"][-1] == {"role": "user", "content": "other"}
     # An upstream error that is not an overflow reaches the client as the upstream sent it.
     upstream.fail_next(
         401, {"error": {"message": "bad key", "type": "auth", "param": None, "code": "invalid_api_key"}}

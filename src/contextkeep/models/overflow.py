@@ -154,6 +154,7 @@ def _build(
         requested=_requested(phase, prompt, completion, total),
         provider=provider or rule.provider,
         status_code=status,
+        requested_output=completion,
     )
 
 

@@ -91,6 +91,28 @@ def upstream_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[s
     return out
 
 
+_ENCODED: dict[str, bytes] = {}
+_ENCODED_SIZE = 65_536
+
+
+def _encoded(m: Message) -> bytes:
+    """A view message as OpenAI JSON, encoded once per content (views repeat their messages)."""
+    if m.content is not None and not isinstance(m.content, str):  # parts: not covered by the key
+        return json.dumps(to_openai([m])[0]).encode()
+    cached = _ENCODED.get(m.key)
+    if cached is None:
+        if len(_ENCODED) >= _ENCODED_SIZE:
+            _ENCODED.clear()
+        cached = _ENCODED[m.key] = json.dumps(to_openai([m])[0]).encode()
+    return cached
+
+
+def _request_body(fields: Mapping[str, Any], messages: Sequence[Message]) -> bytes:
+    """The JSON body of `fields` with `messages` last, joined from each message's encoding."""
+    head = json.dumps({**{k: v for k, v in fields.items() if k != "messages"}, "messages": []}).encode()
+    return head[: -len(b"[]}")] + b"[" + b", ".join(map(_encoded, messages)) + b"]}"
+
+
 @dataclass
 class UpstreamAdapter:
     """Sends views for one proxied request (the request's own fields kept)."""
@@ -105,8 +127,8 @@ class UpstreamAdapter:
     """Receives `STARTED`, then each streamed event's bytes (not `[DONE]`); `None` when not streaming."""
     include_usage: bool = True
     """Whether the client asked for the usage chunk (it is always requested upstream)."""
-    on_call: Callable[[Sequence[Message]], None] | None = None
-    """Called with each view before it is sent (for the inspector's call history)."""
+    on_call: Callable[[Sequence[Message], int], None] | None = None
+    """Called with each view and its local token count before it is sent (the inspector's call history)."""
     failure: UpstreamFailure | None = None
     """Set when the upstream answered with an error that is not an overflow."""
     response: dict[str, Any] | None = None
@@ -125,19 +147,20 @@ class UpstreamAdapter:
         **options: Any,
     ) -> ModelReply:
         """Send `messages` with the request's other fields; see the module docs for errors."""
-        body: dict[str, Any] = {**options, "messages": to_openai(messages)}
+        fields: dict[str, Any] = dict(options)
         if tools:
-            body["tools"] = list(tools)
-        if max_tokens is not None and "max_completion_tokens" not in body:
-            body["max_tokens"] = max_tokens
+            fields["tools"] = list(tools)
+        if max_tokens is not None and "max_completion_tokens" not in fields:
+            fields["max_tokens"] = max_tokens
         if self.on_call is not None:
-            self.on_call(messages)
+            self.on_call(messages, local_prompt_tokens or 0)
         self.calls += 1
         self.failure = None  # what the client gets if this call's error ends the request
         if self.sink is None:
-            return reject_truncated(await self._single(body), local_prompt_tokens, self.spec)
-        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        reply = await self._streamed(body, self.sink)
+            reply = await self._single(_request_body(fields, messages))
+            return reject_truncated(reply, local_prompt_tokens, self.spec)
+        fields["stream_options"] = {**(fields.get("stream_options") or {}), "include_usage": True}
+        reply = await self._streamed(_request_body(fields, messages), self.sink)
         try:
             return reject_truncated(reply, local_prompt_tokens, self.spec)
         except ContextOverflowError as truncated:
@@ -145,8 +168,9 @@ class UpstreamAdapter:
                 f"the reply already streamed was not recorded: {truncated}"
             ) from truncated
 
-    async def _single(self, body: dict[str, Any]) -> ModelReply:
-        response = await self.client.post("chat/completions", json=body, headers=dict(self.headers))
+    async def _single(self, body: bytes) -> ModelReply:
+        headers = {**self.headers, "content-type": "application/json"}
+        response = await self.client.post("chat/completions", content=body, headers=headers)
         if response.status_code != 200:
             raise self._refused(response.status_code, response.content, response.headers)
         data = response.json()
@@ -161,9 +185,10 @@ class UpstreamAdapter:
             raw=data,
         )
 
-    async def _streamed(self, body: dict[str, Any], sink: Callable[[bytes], None]) -> ModelReply:
+    async def _streamed(self, body: bytes, sink: Callable[[bytes], None]) -> ModelReply:
         self._assembly = _StreamAssembly()
-        request = self.client.build_request("POST", "chat/completions", json=body, headers=dict(self.headers))
+        headers = {**self.headers, "content-type": "application/json"}
+        request = self.client.build_request("POST", "chat/completions", content=body, headers=headers)
         response = await self.client.send(request, stream=True)
         try:
             if response.status_code != 200:

@@ -8,7 +8,8 @@ counter, budget). It never writes to the store and emits no event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from contextkeep._messages import Message, message_to_dict
 from contextkeep._session import Session
 
 __all__ = [
+    "CallLog",
     "CurrentView",
     "current_view",
     "describe_message",
@@ -81,6 +83,45 @@ def describe_message(m: Message, original: Message | None = None) -> dict[str, A
         refs.append(stored)
     data["references"] = refs
     return data
+
+
+class CallLog(Mapping[str, list[dict[str, Any]]]):
+    """The views sent at a conversation's recent calls, described when asked for, not at every call.
+
+    `records` holds, per conversation, what `record` returns; `transcripts` gives the
+    conversation's transcript (each view message is compared with the one it derives from).
+    """
+
+    def __init__(
+        self,
+        records: Mapping[str, Sequence[Mapping[str, Any]]],
+        transcripts: Callable[[str], Sequence[Message]],
+    ) -> None:
+        self._records, self._transcripts = records, transcripts
+
+    @staticmethod
+    def record(number: int, view: Sequence[Message], tokens: int) -> dict[str, Any]:
+        """What is kept of one call (the view's messages are shared, not copied or described)."""
+        return {"call": number, "at": time.time(), "tokens": tokens, "view": tuple(view)}
+
+    def __getitem__(self, conversation_id: str) -> list[dict[str, Any]]:
+        records = self._records[conversation_id]
+        by_id = {m.id: m for m in self._transcripts(conversation_id) if m.id}
+        return [
+            {
+                "call": r["call"],
+                "at": r["at"],
+                "tokens": r["tokens"],
+                "messages": [describe_message(m, by_id.get(m.id)) for m in r["view"]],
+            }
+            for r in records
+        ]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
 
 
 def describe_view(view: CurrentView, transcript: Sequence[Message]) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""The latency `contextkeep serve --upstream` adds per call, as the re-sent history grows.
+
+An agent re-sends its whole history on every call. For each history length, one agent
+loop runs through the proxy: every call appends the proxy's last reply and a ~1 KB
+message. Each body is also sent straight to the same fake upstream, in the same run, so
+the difference is the proxy's own time: parsing, finding what is new, budgeting, storing,
+the second HTTP hop. The proxy runs in a process of its own (as `contextkeep serve`
+does), counts with tiktoken `o200k_base` and stores in SQLite; the upstream counts
+tokens cheaply (bytes / 4) so it stays out of the figures. Parsing the body
+(`json.loads`, which the proxy must do) is timed on its own.
+
+    pip install -e '.[dev]'
+    TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_proxy.py [--sizes 50,200,500,1000]
+        [--calls 30] [--store memory://]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from contextkeep.testing import FakeLLMServer
+
+WINDOW = 4_000_000
+"""Large enough that no compaction runs: the view is the whole history, as the direct call sends."""
+
+SERVE = """
+import sys, uvicorn
+from contextkeep.server import ServerSettings, create_app
+upstream, store, workspace, port = sys.argv[1:5]
+settings = ServerSettings(store=store, workspace=workspace, upstream=upstream, model="bench-model",
+                          window=int(sys.argv[5]), tokenizer="tiktoken:o200k_base")
+uvicorn.run(create_app(settings), host="127.0.0.1", port=int(port), log_level="warning")
+"""
+"""The proxy's process: `contextkeep serve` with the tokenizer named (the CLI picks the model's)."""
+
+
+def cheap_count(body: Mapping[str, Any]) -> int:
+    """The upstream's prompt count: bytes / 4, so tokenizing stays out of both timings."""
+    return len(json.dumps(body.get("messages"))) // 4
+
+
+def tool_output(step: int) -> str:
+    return "\n".join(
+        f"step {step} line {i}: worker {i % 7} processed batch {step * 100 + i}" for i in range(20)
+    )
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    """A system prompt, a task, then (assistant call, tool result) rounds up to `n` messages."""
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an operations agent. Read logs with bash."},
+        {"role": "user", "content": "Find out why the workers are slow."},
+    ]
+    step = 0
+    while len(out) < n:
+        call = {"id": f"call_{step}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        out.append({"role": "assistant", "content": f"checking {step}", "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": f"call_{step}", "content": tool_output(step)})
+        step += 1
+    return out[:n] if out[n - 1]["role"] != "assistant" else out[: n - 1]
+
+
+def timed(client: httpx.Client, url: str, raw: bytes, headers: Mapping[str, str]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    response = client.post(url, content=raw, headers={"content-type": "application/json", **headers})
+    elapsed = time.perf_counter() - start
+    response.raise_for_status()
+    return elapsed, response.json()
+
+
+def measure(client: httpx.Client, upstream: str, proxy: str, n: int, calls: int) -> dict[str, Any]:
+    messages = history(n)
+    conversation = {"x-conversation-id": f"bench-{n}"}
+    body = {"model": "bench-model", "messages": messages}
+    _, reply = timed(client, proxy, json.dumps(body).encode(), conversation)  # stores the history
+    messages.append(reply["choices"][0]["message"])
+    messages.append({"role": "user", "content": tool_output(n)})
+    direct, proxied, parse = [], [], []
+    for step in range(calls):
+        raw = json.dumps(body).encode()
+        start = time.perf_counter()
+        json.loads(raw)
+        parse.append(time.perf_counter() - start)
+        direct.append(timed(client, upstream, raw, {})[0])
+        elapsed, reply = timed(client, proxy, raw, conversation)
+        proxied.append(elapsed)
+        messages.append(reply["choices"][0]["message"])
+        messages.append({"role": "user", "content": tool_output(n + step + 1)})
+    added = sorted(p - d for p, d in zip(proxied, direct, strict=True))
+    return {
+        "messages": n,
+        "body_kb": round(len(json.dumps(body)) / 1024),
+        "direct_ms": round(statistics.median(direct) * 1000, 2),
+        "proxy_ms": round(statistics.median(proxied) * 1000, 2),
+        "added_median_ms": round(statistics.median(added) * 1000, 2),
+        "added_p90_ms": round(added[int(0.9 * (len(added) - 1))] * 1000, 2),
+        "json_parse_ms": round(statistics.median(parse) * 1000, 2),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = "| messages | body KB | direct ms | through proxy ms | added ms (median) | added ms (p90) "
+    head += "| JSON parse ms |"
+    lines = [head, "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        cells = [r[k] for k in ("messages", "body_kb", "direct_ms", "proxy_ms", "added_median_ms")]
+        cells += [r["added_p90_ms"], r["json_parse_ms"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+@contextmanager
+def proxy_process(upstream: str, tmp: Path, store: str | None, port: int = 8791) -> Iterator[str]:
+    """The proxy in a process of its own, until the block ends (SQLite in `tmp` unless `store`)."""
+    args = [upstream, store or f"sqlite:///{tmp / 'ck.db'}", str(tmp / "ws"), str(port), str(WINDOW)]
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, *args], env=os.environ.copy())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/api/health", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the proxy did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main(sizes: list[int], calls: int, store: str | None) -> None:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeLLMServer(model="bench-model", context_window=WINDOW, counter=cheap_count) as upstream,
+        proxy_process(upstream.base_url, Path(tmp), store) as proxy,
+        httpx.Client(timeout=60) as client,
+    ):
+        rows = []
+        for n in sizes:
+            row = measure(
+                client, f"{upstream.base_url}/chat/completions", f"{proxy}/v1/chat/completions", n, calls
+            )
+            print(row, flush=True)
+            rows.append(row)
+    print()
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="50,200,500,1000", help="history lengths, comma-separated")
+    parser.add_argument("--calls", type=int, default=30, help="measured calls per history length")
+    parser.add_argument(
+        "--store", default=None, help="the proxy's store URL (default: SQLite in a temp folder)"
+    )
+    args = parser.parse_args()
+    main([int(n) for n in args.sizes.split(",")], args.calls, args.store)

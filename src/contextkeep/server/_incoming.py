@@ -1,0 +1,155 @@
+"""What a proxied request brings to its conversation: new messages, a retry, or a branch.
+
+A client re-sends its whole history on every call. Converting (and hashing) all of it
+would make each request cost time proportional to the history, so the parsed messages of
+the client's previous request are kept: the prefix the new request shares with them
+(compared as parsed JSON, in C) reuses their conversions, and only the rest is converted.
+The converted history then goes through :func:`contextkeep._continuation.new_messages`,
+the rule `Session.sync` appends by.
+
+The (non-streamed) replies of each conversation are remembered, so a retry does not call
+the upstream again:
+
+- a request carrying an `Idempotency-Key` that was already answered gets the same response;
+- a request that stops right before the latest reply, with the same fields, gets that
+  reply when it never reached its client (the client had gone, e.g. its timeout fired:
+  the SDK's retry is exactly this request).
+
+Any other history that stops earlier or differs is a branch (a regenerated reply, an
+edited message): it is served in a fork of the conversation (see `Proxy`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from contextkeep._continuation import new_messages
+from contextkeep._formats.openai import from_openai
+from contextkeep._messages import Message
+
+__all__ = ["ClientMemory", "Memories"]
+
+_KEYS_KEPT: Final = 64
+"""Idempotency keys remembered per conversation."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """The latest reply the proxy sent (or tried to send) for a conversation."""
+
+    conversation_id: str
+    """The transcript it was recorded in (the conversation, or one of its forks)."""
+    before: int
+    """Transcript length before the reply: the request's history ended there."""
+    fields: Mapping[str, Any]
+    """The request's fields other than the messages."""
+    response: Mapping[str, Any]
+    """The response body."""
+    delivered: bool
+    """Whether the client was still connected when the response was sent."""
+
+
+def _shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items `a` and `b` share (the whole of the shorter in one C comparison)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+
+@dataclass
+class ClientMemory:
+    """One client conversation (its `X-Conversation-Id`): conversions, current branch, replies."""
+
+    root: str
+    """The conversation id the client names."""
+    branch: str = ""
+    """The transcript its requests continue now (the root, or a fork of it)."""
+    _raw: list[Any] = field(default_factory=list)
+    _messages: list[Message] = field(default_factory=list)
+    _reply: _Reply | None = None
+    _keyed: OrderedDict[str, Mapping[str, Any]] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        self.branch = self.branch or self.root
+
+    def convert(self, raw: list[Any]) -> list[Message]:
+        """`raw` (OpenAI chat messages) as messages, converting only what the last request did not send.
+
+        Raises `MessageFormatError` (naming the message's index) like `from_openai`.
+        """
+        shared = _shared_prefix(self._raw, raw)
+        try:
+            tail = from_openai(raw[shared:])
+        except ValueError:
+            from_openai(raw)  # again in full, for the index in the whole history
+            raise
+        messages = self._messages[:shared] + tail
+        self._raw, self._messages = raw, messages
+        return messages
+
+    def keyed(self, key: str | None) -> Mapping[str, Any] | None:
+        """The response already sent for idempotency key `key`."""
+        return self._keyed.get(key) if key is not None else None
+
+    def undelivered(
+        self, conversation_id: str, transcript: Sequence[Message], incoming: Sequence[Message], fields: Any
+    ) -> Mapping[str, Any] | None:
+        """The latest reply, if `incoming` is the very request it answered and the client never got it."""
+        reply = self._reply
+        if reply is None or reply.delivered or reply.conversation_id != conversation_id:
+            return None
+        if reply.fields != fields or new_messages(transcript[: reply.before], incoming) != []:
+            return None
+        return reply.response
+
+    def delivered(self) -> None:
+        """The latest reply reached its client (a retry got it): the same request again is a branch."""
+        if self._reply is not None:
+            self._reply = replace(self._reply, delivered=True)
+
+    def streaming(self) -> None:
+        """A streamed reply follows (not kept: the stream itself was the response)."""
+        self._reply = None
+
+    def replied(
+        self,
+        conversation_id: str,
+        before: int,
+        fields: Mapping[str, Any],
+        response: Mapping[str, Any],
+        *,
+        delivered: bool,
+        key: str | None,
+    ) -> None:
+        """Remember the response to the request that ended the transcript at `before` messages."""
+        self._reply = _Reply(conversation_id, before, fields, response, delivered)
+        if key is not None:
+            self._keyed[key] = response
+            while len(self._keyed) > _KEYS_KEPT:
+                self._keyed.popitem(last=False)
+
+
+class Memories:
+    """The `ClientMemory` of the conversations served lately (least recently used dropped beyond `limit`).
+
+    Each holds the parsed messages of its client's last request. A dropped one costs only
+    speed and retry detection: its next request converts in full.
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, ClientMemory] = OrderedDict()
+
+    def of(self, conversation_id: str) -> ClientMemory:
+        """The conversation's memory (a new one the first time)."""
+        memory = self._kept.get(conversation_id)
+        if memory is None:
+            memory = self._kept[conversation_id] = ClientMemory(conversation_id)
+        self._kept.move_to_end(conversation_id)
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+        return memory
