@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Final
 
 import httpx
 from fastapi import APIRouter, Request
@@ -27,21 +26,25 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 
-from contextkeep._continuation import new_messages
+from contextkeep._capabilities import CapacitySource, served_window
+from contextkeep._continuation import first_divergence, fork_id, new_messages
 from contextkeep._errors import ContextKeepError, ContextOverflowError, StoreError
-from contextkeep._formats.openai import from_openai
 from contextkeep._manager import ContextManager
 from contextkeep._messages import Message
 from contextkeep._session import Session
+from contextkeep.server._incoming import ClientMemory, Memories
+from contextkeep.server.kept import KeptConversations
 from contextkeep.server.upstream import UpstreamAdapter, upstream_headers
-from contextkeep.server.views import describe_message
+from contextkeep.server.views import CallLog
 
 __all__ = ["ChatRequest", "Proxy", "router"]
 
 logger = logging.getLogger("contextkeep.server")
 
-_CALLS_KEPT = 50
 _CONVERSATION_HEADER = "x-conversation-id"
+_IDEMPOTENCY_HEADER: Final = "idempotency-key"
+_BRANCHES: Final = 16
+"""Forks of forks followed before a history is refused (each is a transcript of its own)."""
 
 
 class ChatRequest(BaseModel):
@@ -64,6 +67,10 @@ def openai_error(status: int, message: str, code: str | None = None) -> JSONResp
     return JSONResponse(body, status_code=status)
 
 
+class _Replayed(JSONResponse):
+    """The stored reply to a retried request, sent again without calling the upstream."""
+
+
 class Proxy:
     """Per-conversation sessions (one request at a time each) in front of one upstream."""
 
@@ -77,6 +84,7 @@ class Proxy:
         agent_id: str = "default",
         agent_version: str = "0",
         timeout: float = 600.0,
+        kept: KeptConversations | None = None,
     ) -> None:
         self.manager = manager
         self.client = httpx.AsyncClient(
@@ -85,13 +93,17 @@ class Proxy:
         self._api_key = api_key
         self._consume_authorization = consume_authorization
         self._agent = (agent_id, agent_version)
-        self._sessions: dict[str, Session] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.calls: dict[str, deque[dict[str, Any]]] = {}
+        self.kept = kept if kept is not None else KeptConversations()
+        """Sessions, locks and call histories, evicted when idle (see `server.kept`)."""
+        self.calls: Mapping[str, Sequence[dict[str, Any]]] = CallLog(self.kept, self._transcript)
+        """The views sent at each conversation's recent calls, described for the inspector."""
+        self.memories = Memories(self.kept.limit)
+        """What each client conversation sent and was answered (see `server._incoming`)."""
+        self._windows: dict[str, int | None] = {}
 
     def is_live(self, conversation_id: str) -> bool:
         """Whether this process serves the conversation (its events are forwarded live)."""
-        return conversation_id in self._sessions
+        return conversation_id in self.kept
 
     async def close(self) -> None:
         """Close the upstream connections."""
@@ -105,60 +117,110 @@ class Proxy:
 
     async def handle(self, request: Request) -> Response:
         """Serve one chat-completions request."""
-        conversation = request.headers.get(_CONVERSATION_HEADER)
-        if not conversation:
+        derived = request.app.state.derived_ids
+        conversation = request.headers.get(_CONVERSATION_HEADER) or await derived.of(request)
+        if not conversation:  # no header, no user message to name it after (`server._derived_id`)
             return await self._pass_through(await request.body(), self._headers(request))
         try:
             chat = ChatRequest.model_validate_json(await request.body())
-            incoming = from_openai(chat.messages)
-        except (ValidationError, ContextKeepError, KeyError, TypeError, ValueError) as exc:
+        except ValidationError as exc:
             return openai_error(400, f"invalid request: {exc}")
-        lock = self._locks.setdefault(conversation, asyncio.Lock())
+        await self.use_upstream_window(self._headers(request))
+        memory, key = self.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
+        fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
+        lock = self.kept.lock(conversation)
         await lock.acquire()
         try:
-            session = await self._session(conversation)
-            refused = await self._append(session, incoming)
+            served = await self._continue(memory, chat, fields, key)
         except BaseException:
             lock.release()
             raise
-        if refused is not None:
+        if isinstance(served, Response):
+            if isinstance(served, _Replayed) and not await request.is_disconnected():
+                memory.delivered()
             lock.release()
-            return refused
+            return served
+        session, before = served
         adapter = UpstreamAdapter(
             self.client,
             self.manager.model,
             self._headers(request),
             include_usage=bool((chat.stream_options or {}).get("include_usage")),
-            on_call=lambda view: self._remember(session, view, chat.tools),
+            on_call=lambda view, tokens: self._remember(session, view, tokens),
         )
         if chat.stream:
+            memory.streaming()
             return await self._streamed(session, chat, adapter, lock)
         try:
             await self._complete(session, chat, adapter)
+            # A client that left (its timeout fired) never got this reply: its retry gets it, uncalled.
+            delivered = not await request.is_disconnected()
+            memory.replied(
+                session.conversation_id, before, fields, adapter.response or {}, delivered=delivered, key=key
+            )
         except Exception as exc:
             return _failure(exc, adapter)
         finally:
             lock.release()
         return JSONResponse(adapter.response)
 
-    async def _session(self, conversation: str) -> Session:
-        session = self._sessions.get(conversation)
-        if session is None:
-            agent_id, agent_version = self._agent
-            session = self.manager.new_session(conversation, agent_id=agent_id, agent_version=agent_version)
-            self._sessions[conversation] = session
-        await session.load()
-        return session
+    async def use_upstream_window(self, headers: Mapping[str, str] | None = None) -> None:
+        """Budget for the upstream's own window unless one was given (explicit > upstream > registry).
 
-    async def _append(self, session: Session, incoming: Sequence[Message]) -> Response | None:
-        fresh = new_messages(session.transcript, incoming)
-        if fresh is None:
-            return openai_error(
-                409,
-                f"the messages do not continue conversation {session.conversation_id!r} "
-                "(its latest reply is missing); use a new X-Conversation-Id",
-                "conversation_diverged",
+        Asked once per model (`/v1/models`, else Ollama's `/api/show`) and kept.
+        """
+        spec = self.manager.model
+        if spec.source is CapacitySource.EXPLICIT or spec.key in self._windows:
+            return
+        sent = upstream_headers({}, self._api_key) if headers is None else headers
+        try:
+            window = await served_window(self.client, str(self.client.base_url), spec.key, sent)
+            self._windows[spec.key] = window
+        except httpx.HTTPError as exc:  # asked again at the next request
+            logger.info("no model list from the upstream: %s", exc)
+            return
+        if window is not None and window != spec.context_window:
+            logger.info(
+                "%s: the upstream serves a %d-token window (%s figure: %s)",
+                spec.key,
+                window,
+                spec.source.value,
+                spec.context_window,
             )
+            self.manager.model = replace(spec, context_window=window, source=CapacitySource.UPSTREAM)
+
+    async def _continue(
+        self, memory: ClientMemory, chat: ChatRequest, fields: Mapping[str, Any], key: str | None
+    ) -> tuple[Session, int] | Response:
+        """The session the request continues, with its new messages added (and the transcript's length).
+
+        Or the response already due: the one given for the same idempotency key, the reply
+        its client never got, or a refusal.
+        """
+        stored = memory.keyed(key)
+        if stored is not None:
+            return JSONResponse(stored)
+        try:
+            incoming = memory.convert(chat.messages)
+        except (ContextKeepError, KeyError, TypeError, ValueError) as exc:
+            return openai_error(400, f"invalid request: {exc}")
+        session = await self._session(memory.branch)
+        transcript = session.transcript
+        fresh = new_messages(transcript, incoming)
+        if fresh is None:
+            again = memory.undelivered(session.conversation_id, transcript, incoming, fields)
+            if again is not None:
+                logger.info("%s: a retry of the reply its client never got", session.conversation_id)
+                return _Replayed(again)
+            branched = await self._branch(memory, incoming)
+            if branched is None:
+                return openai_error(
+                    409,
+                    f"the messages continue none of the {_BRANCHES} branches of conversation "
+                    f"{memory.root!r}; use a new X-Conversation-Id",
+                    "conversation_diverged",
+                )
+            session, fresh = branched
         if fresh:
             try:
                 await session.add(fresh)
@@ -166,7 +228,38 @@ class Proxy:
                 raise
             except ContextKeepError as exc:
                 return openai_error(400, str(exc), "malformed_history")
+        return session, len(session.transcript)
+
+    async def _branch(
+        self, memory: ClientMemory, incoming: Sequence[Message]
+    ) -> tuple[Session, list[Message]] | None:
+        """The transcript a retried, regenerated or edited history continues: the conversation or a fork.
+
+        A fork is named after the history up to where it differs (`fork_id`), so the same
+        branch lands in the same fork, in any process; a fork taken already by another
+        branch forks again.
+        """
+        current = await self._session(memory.root)
+        for _ in range(_BRANCHES):
+            transcript = current.transcript
+            fresh = new_messages(transcript, incoming)
+            if fresh is not None:
+                if current.conversation_id != memory.branch:
+                    logger.info("%s continues in %s", memory.root, current.conversation_id)
+                memory.branch = current.conversation_id
+                return current, fresh
+            at = first_divergence(transcript, incoming)
+            current = await self._session(fork_id(current.conversation_id, incoming, at))
         return None
+
+    async def _session(self, conversation: str) -> Session:
+        session = self.kept.session(conversation)
+        if session is None:
+            agent_id, agent_version = self._agent
+            session = self.manager.new_session(conversation, agent_id=agent_id, agent_version=agent_version)
+            self.kept.keep(session)
+        await session.load()
+        return session
 
     async def _complete(self, session: Session, chat: ChatRequest, adapter: UpstreamAdapter) -> None:
         options = chat.model_dump(exclude={"messages", "tools", "max_tokens"}, exclude_none=True)
@@ -211,19 +304,13 @@ class Proxy:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    def _remember(
-        self, session: Session, view: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
-    ) -> None:
-        by_id: dict[str | None, Message] = {m.id: m for m in session.transcript if m.id}
-        calls = self.calls.setdefault(session.conversation_id, deque(maxlen=_CALLS_KEPT))
-        calls.append(
-            {
-                "call": (calls[-1]["call"] + 1) if calls else 1,
-                "at": time.time(),
-                "tokens": session.counter.count_prompt(view, tools),
-                "messages": [describe_message(m, by_id.get(m.id)) for m in view],
-            }
-        )
+    def _remember(self, session: Session, view: Sequence[Message], tokens: int) -> None:
+        calls = self.kept.calls(session.conversation_id)
+        calls.append(CallLog.record((calls[-1]["call"] + 1) if calls else 1, view, tokens))
+
+    def _transcript(self, conversation_id: str) -> Sequence[Message]:
+        session = self.kept.session(conversation_id)
+        return session.transcript if session is not None else ()
 
     async def _pass_through(self, raw: bytes, headers: dict[str, str]) -> Response:
         request = self.client.build_request(

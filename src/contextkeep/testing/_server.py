@@ -105,6 +105,8 @@ class FakeLLMServer:
     """Architecture named by `/api/show` (``<architecture>.context_length``)."""
     encoder: Encoder | None
     """Counts reply tokens (default: tiktoken ``o200k_base``); pass one to run fully offline."""
+    delay_seconds: float
+    """How long every model call waits before it is answered (a slow upstream; `stop()` cuts it short)."""
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class FakeLLMServer:
         timeout_seconds: float = 5.0,
         architecture: str = "llama",
         encoder: Encoder | None = None,
+        delay_seconds: float = 0.0,
     ) -> None:
         if context_window <= 0:
             raise ConfigError("context_window", "must be positive")
@@ -136,7 +139,7 @@ class FakeLLMServer:
         self.usage_mode, self.responder = usage_mode, responder
         self.summary_marker, self.summary_responder = summary_marker, summary_responder
         self.summary_failure, self.timeout_seconds = summary_failure, timeout_seconds
-        self.architecture = architecture
+        self.architecture, self.delay_seconds = architecture, delay_seconds
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._http: ThreadedServer | None = None
@@ -273,6 +276,8 @@ class FakeLLMServer:
     def _model_call(self, body: Any, provider: Provider) -> HTTPResponse:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return HTTPResponse(*invalid_request(provider, "'messages' must be a list"))
+        if self.delay_seconds > 0:
+            self._stopping.wait(self.delay_seconds)
         with self._lock:
             fault = self._faults.popleft() if self._faults else None
         if fault is not None:

@@ -1,0 +1,160 @@
+"""The proxy's model adapter for an Anthropic Messages upstream (`POST {upstream}/messages`).
+
+It is :class:`~contextkeep.server.upstream.UpstreamAdapter` speaking the Messages API: the
+view goes out through `to_anthropic` (thinking blocks with their text and signature as
+recorded, tool_use/tool_result pairs), the request's other fields (`thinking`,
+`tool_choice`, `temperature`, …) and its tools as the client sent them. Refusals are
+classified and kept exactly as the parent does. Streamed, each upstream event is forwarded
+to the sink as it arrives (named, as the Messages API sends it) and the reply is assembled
+from the events to be recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextkeep._errors import ContextOverflowError
+from contextkeep._formats.anthropic import from_anthropic, to_anthropic
+from contextkeep._messages import Message
+from contextkeep._usage import Usage
+from contextkeep.models._common import reject_truncated
+from contextkeep.models.adapter import ModelReply
+from contextkeep.server.upstream import STARTED, TruncatedStreamError, UpstreamAdapter
+
+__all__ = ["AnthropicUpstream", "StreamedMessage"]
+
+_DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking"}
+
+
+class StreamedMessage:
+    """A Messages API reply put together from its stream events."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {"role": "assistant", "content": [], "usage": {}}
+        self._partial_json: dict[int, str] = {}
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        """Take one event's payload into the reply."""
+        kind = event.get("type")
+        if kind == "message_start":
+            self.message = {
+                **event["message"],
+                "content": [],
+                "usage": dict(event["message"].get("usage") or {}),
+            }
+        elif kind == "content_block_start":
+            self.message["content"].append(dict(event["content_block"]))
+        elif kind == "content_block_delta":
+            self._delta(event["index"], event["delta"])
+        elif kind == "content_block_stop":
+            block = self.message["content"][event["index"]]
+            partial = self._partial_json.pop(event["index"], None)
+            if block.get("type") == "tool_use" and partial is not None:
+                block["input"] = json.loads(partial) if partial.strip() else {}
+        elif kind == "message_delta":
+            self.message.update(event.get("delta") or {})
+            self.message["usage"].update(event.get("usage") or {})
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
+        block = self.message["content"][index]
+        kind = delta.get("type")
+        if kind in _DELTA_FIELDS:
+            name = _DELTA_FIELDS[kind]
+            block[name] = block.get(name, "") + delta[name]
+        elif kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta["signature"]
+        elif kind == "input_json_delta":
+            self._partial_json[index] = self._partial_json.get(index, "") + delta["partial_json"]
+
+
+def parsed_reply(data: Mapping[str, Any]) -> ModelReply:
+    """A Messages API `message` object as a model reply."""
+    [message] = from_anthropic([{"role": "assistant", "content": data.get("content") or []}])
+    return ModelReply(
+        message=message,
+        usage=Usage.from_anthropic(data.get("usage")),
+        finish_reason=data.get("stop_reason"),
+        model=data.get("model"),
+        raw=data,
+    )
+
+
+@dataclass
+class AnthropicUpstream(UpstreamAdapter):
+    """Sends views to an Anthropic Messages upstream for one proxied request."""
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        local_prompt_tokens: int | None = None,
+        **options: Any,
+    ) -> ModelReply:
+        """Send `messages` with the request's other fields; errors as `UpstreamAdapter.complete`."""
+        system, api_messages = to_anthropic(messages)
+        body: dict[str, Any] = {k: v for k, v in options.items() if k not in ("stream", "stream_options")}
+        if system is not None:
+            body["system"] = system
+        body["messages"] = api_messages
+        if tools:
+            body["tools"] = list(tools)
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if self.on_call is not None:
+            self.on_call(messages, local_prompt_tokens or 0)
+        self.calls += 1
+        self.failure = None
+        if self.sink is None:
+            reply = await self._one(body)
+            return reject_truncated(reply, local_prompt_tokens, self.spec)
+        reply = await self._events({**body, "stream": True}, self.sink)
+        try:
+            return reject_truncated(reply, local_prompt_tokens, self.spec)
+        except ContextOverflowError as truncated:
+            raise TruncatedStreamError(
+                f"the reply already streamed was not recorded: {truncated}"
+            ) from truncated
+
+    async def _one(self, body: Mapping[str, Any]) -> ModelReply:
+        headers = {**self.headers, "content-type": "application/json"}
+        response = await self.client.post("messages", content=json.dumps(body).encode(), headers=headers)
+        if response.status_code != 200:
+            raise self._refused(response.status_code, response.content, response.headers)
+        self.response = response.json()
+        return parsed_reply(self.response)
+
+    async def _events(self, body: Mapping[str, Any], sink: Callable[[bytes], None]) -> ModelReply:
+        headers = {**self.headers, "content-type": "application/json"}
+        request = self.client.build_request(
+            "POST", "messages", content=json.dumps(body).encode(), headers=headers
+        )
+        response = await self.client.send(request, stream=True)
+        assembly = StreamedMessage()
+        try:
+            if response.status_code != 200:
+                raise self._refused(response.status_code, await response.aread(), response.headers)
+            started, name = False, ""
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    name = line[6:].strip()
+                    continue
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if name == "error" and not started:  # the client gets it as the upstream's refusal
+                    raise self._refused(200, payload.encode(), response.headers)
+                if not started:
+                    sink(STARTED)
+                    started = True
+                sink(f"event: {name}\ndata: {payload}\n\n".encode())
+                if name == "error":  # mid-stream: the client has it; the partial reply is not recorded
+                    raise self._refused(200, payload.encode(), response.headers)
+                assembly.add(json.loads(payload))
+        finally:
+            await response.aclose()
+        return parsed_reply(assembly.message)

@@ -1,0 +1,303 @@
+"""OpenAI Responses `POST /v1/responses`, managed, for a chat-only (OpenAI-compatible) upstream.
+
+The request's `instructions` and `input` items become chat messages
+(:mod:`contextkeep._formats.responses`); with `previous_response_id` they follow the
+history that response ended (kept here, per process), as the Responses API does it. From
+there the request takes the proxy's own path (`Proxy._continue`, `_complete`, `_streamed`):
+the view goes to the upstream's `/chat/completions` and the reply comes back as a
+`response` object, or streamed as Responses events (`response.created`, text deltas as
+they arrive, each item done, `response.completed`). Function tools only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from contextkeep._errors import ContextKeepError
+from contextkeep._formats.openai import to_openai
+from contextkeep._formats.responses import chat_messages, chat_tools, output_items
+from contextkeep._messages import Message
+from contextkeep.models.adapter import ModelReply
+from contextkeep.server.proxy import (
+    _CONVERSATION_HEADER,
+    _IDEMPOTENCY_HEADER,
+    ChatRequest,
+    Proxy,
+    _failure,
+    _Replayed,
+    openai_error,
+)
+from contextkeep.server.upstream import STARTED, UpstreamAdapter
+
+__all__ = ["ResponsesRequest", "router"]
+
+_KEPT: Final = 4096
+"""Responses whose history is kept for `previous_response_id`."""
+_CHAT_FIELDS: Final = ("temperature", "top_p", "parallel_tool_calls", "user")
+
+
+class ResponsesRequest(BaseModel):
+    """The fields the proxy reads; of the others, those a chat upstream takes are forwarded."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+
+
+class ResponseHistories:
+    """The chat history each recent response ended, with its conversation (for `previous_response_id`)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+
+    def get(self, response_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+        """The conversation and history that response ended."""
+        return self._kept.get(response_id)
+
+    def keep(self, response_id: str, conversation: str, history: list[dict[str, Any]]) -> None:
+        """Remember the history `response_id` ended."""
+        self._kept[response_id] = (conversation, history)
+        while len(self._kept) > _KEPT:
+            self._kept.popitem(last=False)
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def _chat(request: ResponsesRequest, history: list[dict[str, Any]]) -> ChatRequest:
+    extra = request.model_extra or {}
+    fields: dict[str, Any] = {k: extra[k] for k in _CHAT_FIELDS if k in extra}
+    if request.tools:
+        fields["tools"] = chat_tools(request.tools)
+    if request.tool_choice is not None:
+        fields["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.max_output_tokens is not None:
+        fields["max_tokens"] = request.max_output_tokens
+    return ChatRequest.model_validate(
+        {**fields, "model": request.model, "stream": request.stream, "messages": history}
+    )
+
+
+@dataclass
+class _Shape:
+    """How one response is named and described (the same in its events and its final object)."""
+
+    request: ResponsesRequest
+    id: str = field(default_factory=lambda: f"resp_{uuid.uuid4().hex}")
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def message_id(self) -> str:
+        return f"msg_{self.id[5:]}"
+
+    def body(self, reply: ModelReply | None) -> dict[str, Any]:
+        """The `response` object: in progress without a reply, completed with one."""
+        r = self.request
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": "in_progress" if reply is None else "completed",
+            "model": reply.model if reply is not None and reply.model else r.model,
+            "output": [] if reply is None else output_items(reply.message, self.message_id),
+            "parallel_tool_calls": True,
+            "tool_choice": r.tool_choice or "auto",
+            "tools": r.tools or [],
+            "instructions": r.instructions,
+            "previous_response_id": r.previous_response_id,
+            "max_output_tokens": r.max_output_tokens,
+        }
+        if reply is not None:
+            u = reply.usage
+            out["usage"] = {
+                "input_tokens": u.input_tokens or 0,
+                "input_tokens_details": {"cached_tokens": u.cached_tokens or 0},
+                "output_tokens": u.output_tokens or 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": (u.input_tokens or 0) + (u.output_tokens or 0),
+            }
+        return out
+
+
+@dataclass
+class ResponsesUpstream(UpstreamAdapter):
+    """The chat upstream adapter whose stream reaches the client as Responses events."""
+
+    shape: _Shape | None = None
+    """How the response is named (its id, its message's id)."""
+    on_reply: Callable[[Message], None] | None = None
+    """Called with each reply the upstream completes (the history it ends is kept for the next request)."""
+    reply: ModelReply | None = None
+    """The latest reply (recorded by the session when it is the last)."""
+    _sequence: int = 0
+    _text_open: bool = False
+
+    async def complete(self, messages: Sequence[Message], **options: Any) -> ModelReply:
+        """As `UpstreamAdapter.complete`; streamed, chat chunks are restated as Responses events."""
+        out = self.sink
+        if out is not None:
+            self.sink = self._translating(out)
+        try:
+            self.reply = await super().complete(messages, **options)
+        finally:
+            self.sink = out
+        if self.on_reply is not None:
+            self.on_reply(self.reply.message)
+        if out is not None:
+            self._finish(out, self.reply)
+        return self.reply
+
+    def _event(self, out: Callable[[bytes], None], kind: str, **payload: Any) -> None:
+        self._sequence += 1
+        data = json.dumps({"type": kind, "sequence_number": self._sequence, **payload})
+        out(f"event: {kind}\ndata: {data}\n\n".encode())
+
+    def _translating(self, out: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        assert self.shape is not None
+        shape = self.shape
+        at = {"item_id": shape.message_id, "output_index": 0, "content_index": 0}
+
+        def sink(chunk: bytes) -> None:
+            if chunk == STARTED:
+                out(STARTED)
+                self._event(out, "response.created", response=shape.body(None))
+                return
+            choices = json.loads(chunk[len(b"data: ") :]).get("choices") or [{}]
+            text = (choices[0].get("delta") or {}).get("content")
+            if not text:
+                return
+            if not self._text_open:
+                self._text_open = True
+                item = {
+                    "type": "message",
+                    "id": shape.message_id,
+                    "status": "in_progress",
+                    "role": "assistant",
+                }
+                self._event(out, "response.output_item.added", output_index=0, item={**item, "content": []})
+                part = {"type": "output_text", "text": "", "annotations": []}
+                self._event(out, "response.content_part.added", **at, part=part)
+            self._event(out, "response.output_text.delta", **at, delta=text)
+
+        return sink
+
+    def _finish(self, out: Callable[[bytes], None], reply: ModelReply) -> None:
+        assert self.shape is not None
+        body = self.shape.body(reply)
+        items: list[dict[str, Any]] = body["output"]
+        for index, item in enumerate(items):
+            if item["type"] == "message":
+                at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                text = item["content"][0]
+                if not self._text_open:
+                    added = {**item, "status": "in_progress", "content": []}
+                    self._event(out, "response.output_item.added", output_index=index, item=added)
+                    self._event(out, "response.content_part.added", **at, part={**text, "text": ""})
+                self._event(out, "response.output_text.done", **at, text=text["text"])
+                self._event(out, "response.content_part.done", **at, part=text)
+            else:
+                added = {**item, "status": "in_progress", "arguments": ""}
+                self._event(out, "response.output_item.added", output_index=index, item=added)
+                done = {"item_id": item["id"], "output_index": index, "arguments": item["arguments"]}
+                self._event(out, "response.function_call_arguments.done", **done)
+            self._event(out, "response.output_item.done", output_index=index, item=item)
+        self._event(out, "response.completed", response=body)
+
+
+async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -> Response:
+    """Serve one Responses API request."""
+    try:
+        asked = ResponsesRequest.model_validate_json(await request.body())
+        history = chat_messages(asked.input, asked.instructions)
+    except (ValidationError, ContextKeepError) as exc:
+        return openai_error(400, f"invalid request: {exc}")
+    conversation = request.headers.get(_CONVERSATION_HEADER)
+    if asked.previous_response_id is not None:
+        previous = histories.get(asked.previous_response_id)
+        if previous is None:
+            return openai_error(
+                400,
+                f"Previous response with id {asked.previous_response_id!r} not found.",
+                "previous_response_not_found",
+            )
+        conversation = conversation or previous[0]
+        history = [*previous[1], *(m for m in history if m["role"] != "system")]
+    conversation = conversation or request.app.state.derived_ids.of_messages(request, history)
+    if not conversation:
+        return openai_error(400, "invalid request: no user message to name the conversation after")
+    try:
+        chat = _chat(asked, history)
+    except (ValidationError, ContextKeepError) as exc:
+        return openai_error(400, f"invalid request: {exc}")
+    await proxy.use_upstream_window(proxy._headers(request))
+    memory, key = proxy.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
+    fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
+    lock = proxy.kept.lock(conversation)
+    await lock.acquire()
+    try:
+        served = await proxy._continue(memory, chat, fields, key)
+    except BaseException:
+        lock.release()
+        raise
+    if isinstance(served, Response):
+        if isinstance(served, _Replayed) and not await request.is_disconnected():
+            memory.delivered()
+        lock.release()
+        return served
+    session, before = served
+    shape = _Shape(asked)
+    adapter = ResponsesUpstream(
+        proxy.client,
+        proxy.manager.model,
+        proxy._headers(request),
+        include_usage=True,
+        on_call=lambda view, tokens: proxy._remember(session, view, tokens),
+        shape=shape,
+        on_reply=lambda m: histories.keep(shape.id, conversation, [*history, *to_openai([m])]),
+    )
+
+    if chat.stream:
+        memory.streaming()
+        return await proxy._streamed(session, chat, adapter, lock)
+    try:
+        await proxy._complete(session, chat, adapter)
+        body = shape.body(adapter.reply)
+        delivered = not await request.is_disconnected()
+        memory.replied(session.conversation_id, before, fields, body, delivered=delivered, key=key)
+    except Exception as exc:
+        return _failure(exc, adapter)
+    finally:
+        lock.release()
+    return JSONResponse(body)
+
+
+router = APIRouter(tags=["proxy"])
+
+
+@router.post("/v1/responses", summary="OpenAI Responses with context management (chat-only upstream)")
+async def responses(request: Request) -> Response:
+    """Send the managed view of the conversation to the upstream's chat completions; answer as Responses."""
+    proxy: Proxy | None = request.app.state.ck.proxy
+    if proxy is None:
+        return openai_error(404, "proxy mode is off: start `contextkeep serve --upstream URL`")
+    histories: ResponseHistories = request.app.state.responses_histories
+    return await handle(proxy, request, histories)
