@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Literal
 
 from contextkeep._errors import MalformedHistoryError
@@ -73,19 +74,36 @@ class RoundTracker:
         self._call_ids: set[str] = set()
         self._message_ids: set[str] = set()
         self._turn = 0
+        self._claimed: list[tuple[set[str], str]] | None = None
+        """Inside `trial`: every id added to `_call_ids` or `_message_ids`, to take out again."""
 
     def __len__(self) -> int:
         return self._count
 
-    def copy(self) -> RoundTracker:
-        """An independent copy (to validate a batch without touching this tracker)."""
-        other = RoundTracker()
-        other.rounds = [*self.rounds[:-1], *(replace(r, pending=set(r.pending)) for r in self.rounds[-1:])]
-        other._count = self._count
-        other._call_ids = set(self._call_ids)
-        other._message_ids = set(self._message_ids)
-        other._turn = self._turn
-        return other
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """Appends (and ids claimed) inside are undone on exit, however it exits: O(what they changed).
+
+        Validating a batch in place this way leaves the tracker exactly as it was, without copying
+        the history's ids (what a copy of the tracker would cost on every append).
+        """
+        assert self._claimed is None, "trials do not nest"
+        rounds, count, turn = len(self.rounds), self._count, self._turn
+        # Only the newest round changes in place (its end, its pending calls); later ones are new.
+        last = self.rounds[-1] if self.rounds else None
+        end, pending = (last.end, set(last.pending)) if last is not None else (0, set[str]())
+        self._claimed = []
+        try:
+            yield
+        finally:
+            for ids, value in self._claimed:
+                ids.discard(value)
+            self._claimed = None
+            del self.rounds[rounds:]
+            self._count, self._turn = count, turn
+            if last is not None:  # appending only ever takes calls out of `pending`
+                last.end = end
+                last.pending.update(pending)
 
     def unique_id(self, wanted: str) -> str:
         """`wanted`, or the first `wanted.N` no message uses yet (a caller may have taken it); claimed.
@@ -95,8 +113,14 @@ class RoundTracker:
         mid, n = wanted, 1
         while mid in self._message_ids:
             mid, n = f"{wanted}.{n}", n + 1
-        self._message_ids.add(mid)
+        self._claim(self._message_ids, mid)
         return mid
+
+    def _claim(self, ids: set[str], value: str) -> None:
+        if value not in ids:
+            ids.add(value)
+            if self._claimed is not None:
+                self._claimed.append((ids, value))
 
     def check(self, message: Message, index: int | None = None) -> None:
         """Raise `MalformedHistoryError` if `message` cannot be appended; change nothing."""
@@ -107,7 +131,7 @@ class RoundTracker:
         index = self._count
         self._problem(message, index, raise_=True)
         if message.id is not None:
-            self._message_ids.add(message.id)
+            self._claim(self._message_ids, message.id)
         last = self.rounds[-1] if self.rounds else None
         if message.role == "tool":
             assert last is not None and message.tool_call_id is not None
@@ -119,7 +143,8 @@ class RoundTracker:
             if message.role == "user":
                 self._turn += 1
             pending = {c.id for c in message.tool_calls}
-            self._call_ids.update(pending)
+            for call_id in pending:
+                self._claim(self._call_ids, call_id)
             kind: RoundKind = message.role
             self.rounds.append(Round(len(self.rounds), index, index + 1, kind, self._turn, pending))
         self._count += 1

@@ -20,7 +20,11 @@ from contextkeep.stores.base import Store
 __all__ = ["Appended", "Ingester", "Transcript"]
 
 Ingester = Callable[[Message, set[str]], Awaitable[Message]]
-"""Prepares a message for storage (offloading at ingest); the set holds the call ids answered so far."""
+"""Prepares a message for storage (offloading at ingest).
+
+The set holds those of the batch's tool call ids that already have a result (the ingester adds each
+one it sees), which is all it asks about.
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +71,22 @@ class Transcript:
         """Validate `batch` under `policy`, `ingest` it and append it (on conflict, over the winner's)."""
 
         async def attempt() -> Appended | Literal[Lost.LOST]:
-            tracker = self.tracker.copy()
-            accepted, repairs = append_repaired(tracker, batch, policy)
-            base = len(self.messages)
-            # Ids are unique per conversation: an automatic one never reuses an id a caller gave.
-            stamped = [
-                m if m.id else replace(m, id=tracker.unique_id(f"m{base + i:06d}"))
-                for i, m in enumerate(accepted)
-            ]
-            answered = set(self._answered)
+            base, tracker = len(self.messages), self.tracker
+            # Validated in place and undone at once (O(batch), no copy of the history's rounds and
+            # ids): the log changes only once the write won, and nothing awaited sees the trial.
+            with tracker.trial():
+                accepted, repairs = append_repaired(tracker, batch, policy)
+                # Ids are unique per conversation: an automatic one never reuses an id a caller gave.
+                stamped = [
+                    m if m.id else replace(m, id=tracker.unique_id(f"m{base + i:06d}"))
+                    for i, m in enumerate(accepted)
+                ]
+            answered = {m.tool_call_id for m in stamped if m.tool_call_id in self._answered}
             stamped = [await ingest(m, answered) for m in stamped]
             write = self.store.append(self.conversation_id, stamped, expected_length=base)
             if not await self._cas.write("transcript", write):
                 return LOST  # another instance appended first: validate again on top of its messages
-            self.tracker = tracker
+            tracker.extend(stamped)  # exactly what the trial accepted, ids and all
             self._extend(stamped)
             return Appended(stamped, repairs)
 

@@ -119,7 +119,8 @@ class PromptCounter:
         self._last_counted: Sequence[Message] = ()
         """The sequence object counted last (`last_totals` answers for it only)."""
         self._last_messages: list[Message] = []
-        """A copy of its messages: the caller may edit its list in place before the next count."""
+        """A copy of its messages (the caller may edit its list in place before the next count), kept
+        in step by appending when the next prompt extends it."""
         self._last_has_tools = False
         self._tools_ref: tuple[Tools | None, int] = (None, 0)
         self._tools_text: tuple[str | None, int] = (None, 0)
@@ -165,13 +166,13 @@ class PromptCounter:
         """Tokens of a whole prompt; the prefix shared with the last count is not encoded again."""
         has_tools = bool(tools)
         old = self._last if has_tools == self._last_has_tools else _Prompt()
-        reuse = self._reusable_prefix(messages, old)
+        reuse, mirrored = self._reusable_prefix(messages, old)
         turn_sensitive = self.framing.turn_sensitive
         if reuse < len(messages) == len(old.keys) and not turn_sensitive:
             # Messages rewritten in place (masking): when the framing states stay, only their counts change.
             rewritten = self._rewritten(messages, old, reuse, has_tools)
             if rewritten is not None:
-                self._remember(rewritten, messages)
+                self._remember(rewritten, messages, mirrored)
                 return rewritten.totals[-1] + self.count_tools(tools)
         new = old if reuse == len(old.keys) else old.head(reuse)  # appending only: extend in place
         state = new.states[-1] if reuse else FoldState()
@@ -210,7 +211,7 @@ class PromptCounter:
             new.totals.append(total)
             new.users.append(seen_user)
             i += 1
-        self._remember(new, messages)
+        self._remember(new, messages, mirrored)
         self._last_has_tools = has_tools
         return total + self.count_tools(tools)
 
@@ -221,8 +222,11 @@ class PromptCounter:
         """
         return list(self._last.totals) if messages is self._last_counted else None
 
-    def _remember(self, prompt: _Prompt, messages: Sequence[Message]) -> None:
-        self._last, self._last_counted, self._last_messages = prompt, messages, list(messages)
+    def _remember(self, prompt: _Prompt, messages: Sequence[Message], mirrored: bool) -> None:
+        """`mirrored`: `_last_messages` already holds exactly `messages` (no copy needed)."""
+        self._last, self._last_counted = prompt, messages
+        if not mirrored:
+            self._last_messages = list(messages)
 
     def _rewritten(
         self, messages: Sequence[Message], old: _Prompt, start: int, has_tools: bool
@@ -254,13 +258,15 @@ class PromptCounter:
         shifted = [t + d for t, d in zip(totals[start:], accumulate(deltas), strict=True)]
         return _Prompt(keys, contexts, states, totals[:start] + shifted, users)
 
-    def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> int:
+    def _reusable_prefix(self, messages: Sequence[Message], old: _Prompt) -> tuple[int, bool]:
+        """How many leading messages keep their counts, and whether `_last_messages` mirrors `messages`."""
         n = min(len(old.keys), len(messages))
         last = self._last_messages
         # The common case, appending to the same message objects: a list comparison that stops at
         # identity (rebuilt messages would be compared field by field: they go by their keys).
         same_objects = old is self._last and n > 0 and messages[n - 1] is last[n - 1]
-        if same_objects and list(messages[:n]) == last[:n]:
+        mirrored = same_objects and self._extends_last(messages, n)
+        if mirrored or (same_objects and list(messages[:n]) == last[:n]):
             i = n
         else:
             keys = [m.key for m in messages[:n]]
@@ -269,7 +275,22 @@ class PromptCounter:
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
             # A new user message changes how the previous turn renders: recount from its start.
             i = min(i, max(old.users[i - 1], 0) if i else 0)
-        return i
+        return i, mirrored
+
+    def _extends_last(self, messages: Sequence[Message], n: int) -> bool:
+        """Whether the list `messages` is the last one counted plus appended messages; then it is mirrored.
+
+        The appended messages are added to the copy first, so one C-level comparison of two equally long
+        lists decides, with no copy of the history (a call's view is the last one plus what it added).
+        """
+        last = self._last_messages
+        if n != len(last) or not isinstance(messages, list):
+            return False
+        last += messages[n:]
+        if last == messages:
+            return True
+        del last[n:]
+        return False
 
     def _store(self, key: tuple[str, Hashable, bool], n: int) -> None:
         self._cache[key] = n
