@@ -77,6 +77,7 @@ async def test_l1_masks_outputs_older_than_the_age_limit_with_head_tail_and_refe
         max_observation_age_rounds=5,
         truncated_observation_max_chars=60,
         tool_result_limit_max_ratio=None,  # at 5% of this tiny window, L0 would cut the newest outputs too
+        mask_min_saving_tokens=0,  # these outputs are small: masking them pays too little by default
     )
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(8, size=400)])
@@ -101,6 +102,8 @@ async def test_l2_drops_whole_rounds_keeps_the_task_and_leaves_a_marker(tmp_path
         min_keep_recent_rounds=3,
         min_keep_tokens=500,
         max_observation_age_rounds=5,
+        mask_min_saving_tokens=0,
+        drop_digest_tokens=0,  # the bare marker (the digest: tests/engine/test_digest.py)
     )
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(30, size=300)])
@@ -199,7 +202,11 @@ async def test_a_completed_compaction_reports_where_its_time_went(
     async with cm.session("c") as s:
         await s.add([SYSTEM, TASK, *rounds(30)])
         outcome = await s.compress(
-            warning_threshold=0.005, error_threshold=0.01, target_ratio=0.004, min_keep_tokens=0
+            warning_threshold=0.005,
+            error_threshold=0.01,
+            target_ratio=0.004,
+            min_keep_tokens=0,
+            mask_min_saving_tokens=0,
         )
     assert outcome is not None and [x.compact_layer for x in outcome.statuses] == ["L1", "L2", "L3"]
     (event,) = completed
@@ -220,7 +227,9 @@ async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp
         previews = [t for t in encoded if "[Full detail available at:" in t]
         assert len(previews) == 12
         encoded.clear()
-        outcome = await s.compress(warning_threshold=0.01, target_ratio=0.005, layers=("L1",))
+        outcome = await s.compress(
+            warning_threshold=0.01, target_ratio=0.005, layers=("L1",), mask_min_saving_tokens=0
+        )
     assert outcome is not None and [x.compact_layer for x in outcome.statuses] == ["L1"]
     assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contextkeep._compaction._bounds import droppable_rounds
+from contextkeep._compaction._digest import build_digest
 from contextkeep._compaction._names import LayerName
 from contextkeep._compaction._pass import PassContext
 from contextkeep._compaction.builder import first_droppable
@@ -54,6 +55,9 @@ def drop(
         summarised = out.state.summary.cursor if out.state.summary else 0
         if out.state.drop_cursor <= max(start, summarised):  # no marker in view: one comes with the drop
             excess += _marker_tokens(ctx, candidates)
+        # The digest grows with the drop, up to its budget (a generous estimate: the view is measured).
+        digest_budget = ctx.config.drop_digest_tokens
+        excess += max(digest_budget - len(out.state.drop_digest) // 4, 0) if digest_budget else 0
         plan = plan_drop(
             candidates,
             sizes,
@@ -68,7 +72,13 @@ def drop(
         dropped_from = max(start, summarised)
         reference = ctx.reference(transcript[dropped_from : plan.cut])
         removed = ctx.offload(transcript[plan.removed[0] : plan.removed[1]])
-        new = out.state.evolve(drop_cursor=plan.cut, drop_reference=reference)
+        digest = build_digest(transcript, dropped_from, plan.cut, ctx.counter, digest_budget)
+        new = out.state.evolve(
+            drop_cursor=plan.cut,
+            drop_reference=reference,
+            drop_digest=digest.text,
+            drop_digest_full=digest.full,
+        )
         ctx.propose(layer, new, span=plan.removed, references=(removed,))
 
 

@@ -49,7 +49,9 @@ class Outcome:
     seconds: float = 0.0
     """Time the pass took, summariser calls excluded."""
     summary_seconds: float = 0.0
-    """Time spent waiting for the summariser."""
+    """Time the summariser took: its own CPU time, and waiting (for its model, or for the CPU)."""
+    summary_cpu_seconds: float = 0.0
+    """The part of `summary_seconds` the summariser itself ran (see `_summary._timed_summary`)."""
     error: SummaryError | None = None
     """Under the `fail` strategy, the summary failure to raise once the state is saved."""
     nothing_to_compress: bool = False

@@ -20,6 +20,7 @@ from contextkeep._compaction._layer import Layer
 from contextkeep._compaction._names import LayerName
 from contextkeep._compaction._pass import Outcome, PassContext, PassResources, Tools, measure
 from contextkeep._compaction._registry import layer_named, resolve_layers
+from contextkeep._compaction._summary import SummaryLayer, digest_overflowed
 from contextkeep._compaction.builder import ViewBuilder
 from contextkeep._compaction.state import CompactionState
 from contextkeep._config import ContextConfig
@@ -150,7 +151,9 @@ async def _proactive(layers: Sequence[Layer], ctx: PassContext) -> None:
     if ctx.state.minimal:  # last pass's emergency view: try the ordinary one first
         ctx.propose(LayerName.DROP, ctx.state.evolve(minimal=False))
     for layer in layers:
-        if ctx.tokens <= ctx.target and not ctx.forced:
+        # Under the target, only a summary of what dropping lost is still due.
+        lossy = isinstance(layer, SummaryLayer) and digest_overflowed(ctx)
+        if ctx.tokens <= ctx.target and not ctx.forced and not lossy:
             break
         await _run(layer, ctx)
         if ctx.outcome.error is not None:  # `fail`: the pass stops here; the state is still saved

@@ -1,7 +1,10 @@
 """Layer 3, the summary: old rounds become one structured summary, updated from the previous one.
 
 It runs at or above the error threshold (DB-GPT), above the target once AgentScope's
-trigger ratio is set, and whenever a deferred compression is due (Agents-Flex). Failures
+trigger ratio is set, whenever a deferred compression is due (Agents-Flex), and, with a
+summariser of the user's own, when dropping lost too much: the digest of the dropped rounds
+overflowed its budget. The summary then takes the place of the marker and its digest, and
+is asked to keep the digest's lines. Failures
 count towards a circuit breaker; the failure strategy says what happens instead.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 import time
 
 from contextkeep._compaction._bounds import droppable_rounds
+from contextkeep._compaction._digest import digest_lines
 from contextkeep._compaction._names import LayerName
 from contextkeep._compaction._pass import PassContext
 from contextkeep._compaction.builder import first_droppable
@@ -19,7 +23,20 @@ from contextkeep._errors import SummaryError
 from contextkeep._events import CompressionFailed
 from contextkeep._summarizers.base import Summarizer, SummaryRequest, SummaryResult
 
-__all__ = ["SummaryLayer"]
+__all__ = ["SummaryLayer", "digest_overflowed"]
+
+
+def digest_overflowed(ctx: PassContext) -> bool:
+    """The dropped-rounds digest in view could not hold what it would have kept, and a model can summarise.
+
+    Only a summariser of its own (a model's) compresses beyond the digest: the LLM-free fallback
+    keeps less of it than the digest itself (on the DeepSeek replays, 0.93 of the reused terms in
+    view instead of 0.95), so without one the digest stays.
+    """
+    state = ctx.state
+    if ctx.resources.summarizer is None or not state.drop_digest_full:
+        return False
+    return state.drop_cursor > (state.summary.cursor if state.summary else 0)
 
 
 class SummaryLayer:
@@ -29,13 +46,8 @@ class SummaryLayer:
     """`L3`."""
 
     def decide(self, ctx: PassContext) -> bool:
-        """Forced, or AgentScope (trigger ratio set): over the target; DB-GPT: at the error threshold."""
-        if ctx.forced:
-            return True
-        if ctx.config.trigger_ratio is not None:
-            return ctx.tokens > ctx.target
-        error_tokens = ctx.budget.tokens_at(ctx.config.error_threshold)
-        return error_tokens is not None and ctx.tokens >= error_tokens
+        """When compacting needs it (`_needed`), or the digest of dropped rounds overflowed."""
+        return _needed(ctx) or digest_overflowed(ctx)
 
     async def apply(self, ctx: PassContext) -> None:
         """Summarise (or fall back), then replace the summarised rounds with the summary."""
@@ -45,11 +57,17 @@ class SummaryLayer:
             return
         first = first_droppable(ctx.rounds, ctx.config.pin_first_user)
         start = max(first, state.summary.cursor if state.summary else 0)
-        cursor = _summary_cursor(ctx, start)
+        # To keep what dropping lost, the summary takes the dropped rounds' place, no more, and is
+        # given their digest; made for room, it gets no more to fit than before.
+        needed = _needed(ctx)
+        cursor = _summary_cursor(ctx, start) if needed else state.drop_cursor
         if cursor <= start:
             return
         covered = list(ctx.transcript[start:cursor])
-        request = SummaryRequest(ctx.conversation_id, covered, state.summary, ctx.config, ctx.counter)
+        digest = [] if needed else digest_lines(state.drop_digest)
+        request = SummaryRequest(
+            ctx.conversation_id, covered, state.summary, ctx.config, ctx.counter, digest=digest
+        )
         if state.breaker_open:  # the breaker keeps the failing summariser out until a reset
             result = await _after_failure(ctx, summarizer, request, None)
         else:
@@ -66,6 +84,16 @@ class SummaryLayer:
         summary = Summary(result.text, cursor, result.data, result.method, reference)
         removed = ctx.offload(covered)
         ctx.propose(self.name, ctx.state.evolve(summary=summary), span=(start, cursor), references=(removed,))
+
+
+def _needed(ctx: PassContext) -> bool:
+    """Forced; AgentScope (trigger ratio set): over the target; DB-GPT: at the error threshold."""
+    if ctx.forced:
+        return True
+    if ctx.config.trigger_ratio is not None:
+        return ctx.tokens > ctx.target
+    error_tokens = ctx.budget.tokens_at(ctx.config.error_threshold)
+    return error_tokens is not None and ctx.tokens >= error_tokens
 
 
 def _summary_cursor(ctx: PassContext, start: int) -> int:
@@ -123,8 +151,19 @@ async def _after_failure(
 
 
 async def _timed_summary(ctx: PassContext, summarizer: Summarizer, request: SummaryRequest) -> SummaryResult:
-    started = time.perf_counter()
+    """Summarise, adding to the outcome the time it took and the part the summariser itself ran.
+
+    That part is this thread's CPU time over the call, at most the time it did not report as
+    waiting for its model (`SummaryResult.wait_seconds`: other tasks run on the loop meanwhile).
+    The rest is waiting, for the model or for the CPU (a summariser that reports no wait, or
+    fails, waited for whatever it awaited).
+    """
+    started, cpu, waited = time.perf_counter(), time.thread_time(), 0.0
     try:
-        return await summarizer.summarize(request)
+        result = await summarizer.summarize(request)
+        waited = result.wait_seconds
+        return result
     finally:
-        ctx.outcome.summary_seconds += time.perf_counter() - started
+        took, cpu = time.perf_counter() - started, time.thread_time() - cpu
+        ctx.outcome.summary_seconds += took
+        ctx.outcome.summary_cpu_seconds += max(min(cpu, took - waited), 0.0)

@@ -15,8 +15,9 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 
+from contextkeep._compaction._preview import used_lines
 from contextkeep._compaction.ingest import truncate_tool_result
-from contextkeep._compaction.render import detail_reference, dropped_marker, masked_output
+from contextkeep._compaction.render import detail_reference, dropped_marker, head_tail, masked_output
 from contextkeep._compaction.state import CompactionState
 from contextkeep._compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
 from contextkeep._config import ContextConfig
@@ -72,9 +73,10 @@ class ViewBuilder:
         self._shown: list[Message] = []
         self._varying: list[int] = []
         """Positions in `_shown` of the messages the boundaries act on (long tool outputs, media)."""
-        self._derived: dict[tuple[str, object, bool, bool], Message] = {}
+        self._derived: dict[tuple[str, object, bool, bool, tuple[str, ...]], Message] = {}
         self._sources: dict[str, Message] = {}
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
+        self._savings: dict[tuple[str, object, int], int] = {}
         self._derived_for = _derivation(config, window)
 
     def _forget_if_reconfigured(self, config: ContextConfig) -> None:
@@ -112,10 +114,10 @@ class ViewBuilder:
     ) -> list[Message]:
         """The view for `state` under `config` (by default the builder's): a pure function, cached."""
         config = self.config if config is None else config
-        return [
-            *self.head(transcript, rounds, state, config=config),
-            *self.body(transcript, rounds, state, config=config),
-        ]
+        view = self.head(transcript, rounds, state, config=config)
+        shown, start = self._body(transcript, rounds, state, config)
+        view += shown[start:] if start else shown  # one copy of the history per view, not two
+        return view
 
     def head(
         self,
@@ -141,7 +143,8 @@ class ViewBuilder:
         start = first_droppable(rounds, config.pin_first_user)
         cut = max(state.cut, start)
         if cut > start and config.pin_first_user and start > preamble_end:
-            out.extend(self._derive(transcript[i], i, state, config) for i in range(preamble_end, start))
+            pinned = range(preamble_end, start)
+            out.extend(self._derive(transcript[i], i, state, config, transcript) for i in pinned)
         if state.summary is not None:
             text = config.summary_template.format(summary=state.summary.text)
             if state.summary.reference:
@@ -157,10 +160,12 @@ class ViewBuilder:
                 transcript[state.drop_cursor - 1].id or "",
                 state.drop_reference,
             )
+            if state.drop_digest:
+                text += "\n" + state.drop_digest
             out.append(self._made(Message("user", metadata={"ck_kind": "dropped"}), text))
         turn = current_turn_start(rounds) if config.keep_recent_turns is None else None
         if turn is not None and start <= turn < cut:  # the current task stays in view, whatever is cut
-            out.append(self._derive(transcript[turn], turn, state, config))
+            out.append(self._derive(transcript[turn], turn, state, config, transcript))
         return out
 
     @staticmethod
@@ -177,7 +182,17 @@ class ViewBuilder:
         config: ContextConfig | None = None,
     ) -> list[Message]:
         """Rounds from the cut on, masked and truncated as the state says."""
-        config = self.config if config is None else config
+        shown, start = self._body(transcript, rounds, state, self.config if config is None else config)
+        return shown[start:]
+
+    def _body(
+        self,
+        transcript: Sequence[Message],
+        rounds: Sequence[Round],
+        state: CompactionState,
+        config: ContextConfig,
+    ) -> tuple[list[Message], int]:
+        """The shown messages (kept: callers copy what they hand out), and where the body starts in them."""
         self._forget_if_reconfigured(config)
         base = _preamble_end(rounds)
         start = max(state.cut, first_droppable(rounds, config.pin_first_user)) if state.cut else base
@@ -192,9 +207,9 @@ class ViewBuilder:
             m = transcript[i]
             if self._maskable(m, config) or not (m.content is None or isinstance(m.content, str)):
                 varying.append(i - base)
-            shown.append(self._derive(m, i, state, config))
+            shown.append(self._derive(m, i, state, config, transcript))
         self._shown, self._varying = shown, varying
-        return shown[start - base :]
+        return shown, start - base
 
     def _rederive(
         self,
@@ -211,10 +226,10 @@ class ViewBuilder:
             low = max(min(*marks, *self._marks) - base, 0)
             high = min(max(*marks, *self._marks) - base, len(shown))
             for j in varying[bisect_left(varying, low) : bisect_left(varying, high)]:
-                shown[j] = self._derive(transcript[base + j], base + j, state, config)
+                shown[j] = self._derive(transcript[base + j], base + j, state, config, transcript)
         for i in set(state.masked).symmetric_difference(self._masked):  # masked (or unmasked) one by one
             if 0 <= i - base < len(shown):
-                shown[i - base] = self._derive(transcript[i], i, state, config)
+                shown[i - base] = self._derive(transcript[i], i, state, config, transcript)
 
     def _made(self, base: Message, text: str) -> Message:
         """`base` with `text`, the same object while the text stays (the head is rebuilt every call)."""
@@ -237,23 +252,38 @@ class ViewBuilder:
         so the compaction pass that masks the message finds its count cached.
         """
         source = self._sources.get(shown.key)
-        return None if source is None else self._derive(source, 0, _MASK_ALL)
+        return None if source is None else self._derive(source, 0, _MASK_ALL, shadow=True)
 
     def _derive(
-        self, m: Message, index: int, state: CompactionState, config: ContextConfig | None = None
+        self,
+        m: Message,
+        index: int,
+        state: CompactionState,
+        config: ContextConfig | None = None,
+        transcript: Sequence[Message] = (),
+        *,
+        shadow: bool = False,
     ) -> Message:
-        """A transcript message as the view shows it (cached: a compaction pass re-derives many)."""
+        """A transcript message as the view shows it (cached: a compaction pass re-derives many).
+
+        `shadow`: its masked form even where masking would not pay (a pass's config may differ).
+        `transcript` (holding `m` at `index`) gives a masked preview the lines the agent used.
+        """
         config = self.config if config is None else config
         # Normalised flags: a message that masking cannot shorten shares one cache entry.
-        masked = (index < state.mask_boundary or index in state.masked) and self._maskable(m, config)
+        masked = (index < state.mask_boundary or index in state.masked) and (
+            self._pays(m, config) or (shadow and self._maskable(m, config))
+        )
         media = index < max(state.mask_boundary, state.image_boundary) and bool(m.media)
-        key = (m.key, m.metadata.get(REF_KEY), masked, media)
+        used = self._used(m, index, transcript, config) if masked and transcript else ()
+        key = (m.key, m.metadata.get(REF_KEY), masked, media, used)
         cached = self._derived.get(key)
         if cached is None:
             if len(self._derived) > 16_384:
                 self._derived.clear()
                 self._sources.clear()
-            cached = self._derived[key] = self._transform(m, masked, media, config)
+                self._savings.clear()
+            cached = self._derived[key] = self._transform(m, masked, media, config, used)
             if not masked and self._maskable(m, config):
                 self._sources[cached.key] = m
         return cached if cached.id == m.id else replace(cached, id=m.id)
@@ -262,13 +292,41 @@ class ViewBuilder:
     def _maskable(m: Message, config: ContextConfig) -> bool:
         return m.role == "tool" and len(m.text) > config.truncated_observation_max_chars
 
-    def _transform(self, m: Message, masked: bool, media: bool, config: ContextConfig) -> Message:
+    def _pays(self, m: Message, config: ContextConfig) -> bool:
+        """Masking `m` saves at least `mask_min_saving_tokens` (0: mask whatever it saves)."""
+        if not self._maskable(m, config):
+            return False
+        key = (m.key, m.metadata.get(REF_KEY), config.truncated_observation_max_chars)
+        saving = self._savings.get(key)
+        if saving is None:
+            # Estimated by length (a preview's own encoding is left to the pass that shows it).
+            shown = self._transform(m, False, False, config).text
+            preview = masked_output(m.text, config.truncated_observation_max_chars, _reference(m))
+            tokens = self.counter.count_text(shown)
+            saving = self._savings[key] = int(tokens - tokens * len(preview) / max(len(shown), 1))
+        return config.mask_min_saving_tokens == 0 or saving >= config.mask_min_saving_tokens
+
+    @staticmethod
+    def _used(
+        m: Message, index: int, transcript: Sequence[Message], config: ContextConfig
+    ) -> tuple[str, ...]:
+        """The lines of masked `m` naming what the agent used, when they leave the preview the shorter."""
+        limit, budget = config.truncated_observation_max_chars, config.mask_used_lines_chars
+        if not budget or index >= len(transcript) or transcript[index].key != m.key:
+            return ()
+        shown = head_tail(m.text, limit)
+        used = used_lines(transcript, index, config.max_observation_age_rounds, budget, shown)
+        return used if len(masked_output(m.text, limit, _reference(m), used)) < len(m.text) else ()
+
+    def _transform(
+        self, m: Message, masked: bool, media: bool, config: ContextConfig, used: Sequence[str] = ()
+    ) -> Message:
         if m.role == "tool":
             reference = m.metadata.get(REF_KEY)
             text = m.text
             if masked:
-                ref = reference or "(not offloaded)"
-                m = m.with_text(masked_output(text, config.truncated_observation_max_chars, ref))
+                limit = config.truncated_observation_max_chars
+                m = m.with_text(masked_output(text, limit, _reference(m), used))
             else:
                 limit = config.result_limit(self.window)
                 truncated = truncate_tool_result(text, limit, self.counter, reference)
@@ -282,8 +340,13 @@ _MASK_ALL = CompactionState(mask_boundary=1 << 62)
 """A state under which every maskable message is masked (derivation ignores the index otherwise)."""
 
 
-def _derivation(config: ContextConfig, window: int | None) -> tuple[int, int]:
-    return config.truncated_observation_max_chars, config.result_limit(window)
+def _derivation(config: ContextConfig, window: int | None) -> tuple[int, int, int]:
+    limit = config.truncated_observation_max_chars
+    return limit, config.result_limit(window), config.mask_used_lines_chars
+
+
+def _reference(m: Message) -> str:
+    return str(m.metadata.get(REF_KEY) or "(not offloaded)")
 
 
 def _preamble_end(rounds: Sequence[Round]) -> int:

@@ -34,9 +34,10 @@ def head_tail(text: str, max_chars: int) -> str:
     return text[:head] + gap + text[len(text) - keep // 2 :]
 
 
-def masked_output(text: str, max_chars: int, reference: str) -> str:
-    """Layer 1: an old tool output as a short preview plus its reference."""
-    return f"{head_tail(text, max_chars)}\n{detail_reference(reference)}"
+def masked_output(text: str, max_chars: int, reference: str, used: Sequence[str] = ()) -> str:
+    """Layer 1: an old tool output as a short preview (and the lines `used`) plus its reference."""
+    kept = "".join(f"\n{line}" for line in used)
+    return f"{head_tail(text, max_chars)}{kept}\n{detail_reference(reference)}"
 
 
 def truncation_reminder(reference: str | None) -> str:

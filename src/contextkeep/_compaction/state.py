@@ -69,6 +69,10 @@ class CompactionState:
     """Rounds starting before this transcript index are out of the view (L2 / L4)."""
     drop_reference: str = ""
     """Where the dropped messages were offloaded."""
+    drop_digest: str = ""
+    """The working-set digest shown with the dropped-rounds marker (`drop_digest_tokens`), made at a drop."""
+    drop_digest_full: bool = False
+    """The digest ran out of room for what it would have kept (layer 3 may then summarise)."""
     summary: Summary | None = None
     """The current summary (L3), if any."""
     minimal: bool = False

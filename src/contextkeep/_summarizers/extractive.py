@@ -10,7 +10,9 @@ It fills the five default fields:
 - `next_steps`: a user request no assistant message has answered yet;
 - `context_to_preserve`: `file: P` (paths the agent named in its calls or text), `path: P`
   (paths only seen in outputs), `$ COMMAND` (commands run) and `id: X` (issue numbers,
-  hashes, versions, `def`/`class` names and backticked names the agent or user wrote).
+  hashes, versions, `def`/`class` names and backticked names the agent or user wrote),
+  and `> LINE`: the newest lines of the working-set digest the summary replaces, verbatim
+  (a quarter of the bound at most).
 
 Only the agent's and user's own words feed identifiers: tool outputs (whole files, test
 logs) would bury them. Same input, same bytes out.
@@ -37,7 +39,7 @@ logger = logging.getLogger("contextkeep.summarizers")
 TASK, STATE, ERRORS, NEXT, CONTEXT = DEFAULT_SUMMARY_FIELDS
 
 # Shares of max_summary_tokens one long text may take, and character caps for one-line items.
-_TASK_SHARE, _REQUEST_SHARE, _STATE_SHARE = 0.35, 0.10, 0.10
+_TASK_SHARE, _REQUEST_SHARE, _STATE_SHARE, _DIGEST_SHARE = 0.35, 0.10, 0.10, 0.25
 _ERROR_CHARS, _COMMAND_CHARS, _ID_CHARS = 240, 160, 80
 
 _EXTENSION = re.compile(
@@ -80,6 +82,7 @@ class ExtractiveSummarizer:
         if previous is not None and previous.data is None and previous.text.strip():
             facts.other.append("earlier summary: " + previous.text.strip())
         facts.add_messages(request.messages, request.counter, limit)
+        facts.digest.extend(_newest(request.digest, request.counter, int(limit * _DIGEST_SHARE)))
         data, drops = facts.to_data()
         data, text = fit_summary(
             data, request.counter, limit, fields=DEFAULT_SUMMARY_FIELDS, drop_order=drops
@@ -92,6 +95,17 @@ class ExtractiveSummarizer:
             limit,
         )
         return SummaryResult(text, data, method="extractive")
+
+
+def _newest(lines: Sequence[str], counter: TokenCounter, max_tokens: int) -> list[str]:
+    """The newest of `lines` that fit in `max_tokens` tokens together, in order."""
+    kept: list[str] = []
+    for line in reversed(lines):
+        max_tokens -= counter.count_text(line) + 1
+        if max_tokens < 0:
+            break
+        kept.append(line)
+    return kept[::-1]
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -117,6 +131,7 @@ class _Facts:
         self.commands: list[str] = []
         self.ids: list[str] = []
         self.other: list[str] = []
+        self.digest: list[str] = []
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> _Facts:
@@ -134,7 +149,13 @@ class _Facts:
         facts.state = "\n".join(items(STATE))
         facts.errors = items(ERRORS)
         facts.pending = "\n".join(items(NEXT))
-        prefixes = {"file: ": facts.files, "path: ": facts.seen, "$ ": facts.commands, "id: ": facts.ids}
+        prefixes = {
+            "file: ": facts.files,
+            "path: ": facts.seen,
+            "$ ": facts.commands,
+            "id: ": facts.ids,
+            "> ": facts.digest,
+        }
         for item in items(CONTEXT):
             prefix = next((p for p in prefixes if item.startswith(p)), None)
             if prefix is None:
@@ -196,12 +217,14 @@ class _Facts:
         """The five fields, and which items to drop first when they do not fit."""
         touched = _unique(self.files)
         seen = [p for p in _unique(self.seen) if p not in touched]
+        digest = _unique(self.digest)
         # Within each kind the oldest items go first; kinds go in this order.
         kinds: list[tuple[str, list[str]]] = [
             ("id: ", _unique(self.ids)),
             ("$ ", _unique(self.commands)),
             ("path: ", seen),
             ("", self.other),
+            ("> ", digest),
             ("file: ", touched),
         ]
         context = [prefix + item for prefix, items in kinds for item in items]
@@ -219,6 +242,7 @@ class _Facts:
         drops: list[Drop] = [(CONTEXT, start[p] + i) for p, items in kinds[:3] for i in range(len(items))]
         drops += [(TASK, offset + i) for i in range(len(requests))]
         drops += [(CONTEXT, start[""] + i) for i in range(len(self.other))]
+        drops += [(CONTEXT, start["> "] + i) for i in range(len(digest))]
         # Errors and named files matter alike: drop them in turns, so each keeps its newest.
         error_drops = [(ERRORS, i) for i in range(len(errors))]
         file_drops = [(CONTEXT, start["file: "] + i) for i in range(len(touched))]

@@ -3,7 +3,9 @@
 The model answers with a JSON object in plain text (no forced tool call, so reasoning
 models work); the object is checked against the summary schema, and one retry carries
 the error back to the model. New messages longer than the model can take are folded in
-chunk by chunk.
+chunk by chunk. Chunks are sized by an estimate from the text's UTF-8 length (biased to
+over-count: chunks stay within the summarising model's window), never by encoding the
+transcript with the session's tokenizer: that cost 120-180 ms of CPU for 148 messages.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from contextkeep._errors import ModelError, SummaryError
 from contextkeep._messages import Message
 from contextkeep._summarizers._render import fit_summary
 from contextkeep._summarizers.base import DEFAULT_SUMMARY_FIELDS, SummaryRequest, SummaryResult
-from contextkeep._tokens import TokenCounter
 from contextkeep.models.adapter import ModelAdapter, ModelReply, adapter_spec
 
 __all__ = [
@@ -40,6 +43,12 @@ SUMMARY_MARKER = "<<contextkeep:summarize>>"
 _MARGIN_TOKENS = 512
 """Headroom kept free in the model's window besides the prompt, previous summary and answer."""
 _MIN_CHUNK_TOKENS = 256
+_BYTES_PER_TOKEN = 3.0
+"""UTF-8 bytes per token of spaced text: 3.45 is the median line of the shared DeepSeek runs, so
+this over-counts them by a fifth in aggregate (the worst line is under-counted by a third)."""
+_DENSE_BYTES_PER_TOKEN = 1.4
+"""Of ASCII text with almost no spaces (base64, hex, minified data): 1.43 for base64. Other text
+is estimated at `_BYTES_PER_TOKEN`: a CJK character (3 bytes) is one token, about 1.5 in fact."""
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
 _TYPES: Mapping[str, type | tuple[type, ...]] = {
     "object": dict,
@@ -148,9 +157,10 @@ class LLMSummarizer:
         if request.previous is not None:
             previous = request.previous.data if request.previous.data is not None else request.previous.text
         chunks = self._chunks(request, system)
+        waited = _Wait()
         for n, chunk in enumerate(chunks, 1):
             logger.info("summary chunk %d/%d for %s", n, len(chunks), request.conversation_id)
-            previous = await self._fold(system, previous, chunk, schema, config.max_summary_tokens)
+            previous = await self._fold(system, previous, chunk, schema, config.max_summary_tokens, waited)
         if not isinstance(previous, Mapping):  # no new messages: nothing was asked
             raise SummaryError("no new messages to summarise")
         data, text = fit_summary(previous, request.counter, config.max_summary_tokens, fields=fields)
@@ -158,7 +168,7 @@ class LLMSummarizer:
             logger.warning("LLM summary over %d tokens: fields trimmed", config.max_summary_tokens)
         if not text.strip():
             raise SummaryError("the model returned an empty summary")
-        return SummaryResult(text=text, data=data, method="llm")
+        return SummaryResult(text=text, data=data, method="llm", wait_seconds=waited.seconds)
 
     def _system_prompt(self, request: SummaryRequest, schema: Mapping[str, Any]) -> str:
         return (
@@ -169,28 +179,16 @@ class LLMSummarizer:
             "identifiers, commands, error messages and the user's own requests; never invent anything.\n"
             f"Stay under {request.config.max_summary_tokens} tokens. Answer ONLY with one JSON object "
             f"matching this JSON Schema, without any other text:\n{json.dumps(schema, ensure_ascii=False)}"
+            + _digest_section(request.digest)
         )
 
     def _chunks(self, request: SummaryRequest, system: str) -> list[str]:
-        """The new messages' transcript, split so each call stays within the input bound."""
+        """The new messages' transcript, split so each call stays within the input bound (estimated)."""
         lines = transcript_lines(request.messages)
         limit = self._input_limit(request, system)
         if limit is None:
             return ["\n\n".join(lines)] if lines else []
-        counter = request.counter
-        chunks: list[str] = []
-        current: list[str] = []
-        used = 0
-        for piece in (p for line in lines for p in _split(line, limit, counter)):
-            size = counter.count_text(piece) + 1
-            if current and used + size > limit:
-                chunks.append("\n\n".join(current))
-                current, used = [], 0
-            current.append(piece)
-            used += size
-        if current:
-            chunks.append("\n\n".join(current))
-        return chunks
+        return _packed((p for line in lines for p in _split(line, limit)), limit, "\n\n")
 
     def _input_limit(self, request: SummaryRequest, system: str) -> int | None:
         if self.max_input_tokens is not None:
@@ -211,6 +209,7 @@ class LLMSummarizer:
         transcript: str,
         schema: Mapping[str, Any],
         max_tokens: int,
+        waited: _Wait,
     ) -> dict[str, Any]:
         """One call (and at most one retry): the previous summary updated with `transcript`."""
         if previous is None:
@@ -221,7 +220,7 @@ class LLMSummarizer:
             before = f"Previous summary (JSON):\n{json.dumps(previous, ensure_ascii=False)}"
         messages = [Message("system", system), Message("user", f"{before}\n\nNew messages:\n{transcript}")]
         for attempt in (1, 2):
-            text = (await self._call(messages, max_tokens)).message.text
+            text = (await self._call(messages, max_tokens, waited)).message.text
             if not text.strip():
                 raise SummaryError("the model returned an empty answer")
             try:
@@ -238,7 +237,8 @@ class LLMSummarizer:
                 ]
         raise AssertionError("unreachable")
 
-    async def _call(self, messages: Sequence[Message], max_tokens: int) -> ModelReply:
+    async def _call(self, messages: Sequence[Message], max_tokens: int, waited: _Wait) -> ModelReply:
+        started = time.perf_counter()
         try:
             return await asyncio.wait_for(
                 self.adapter.complete(messages, max_tokens=max_tokens), self.timeout
@@ -247,34 +247,67 @@ class LLMSummarizer:
             raise SummaryError(f"the summary call timed out after {self.timeout} s") from None
         except ModelError as exc:
             raise SummaryError(f"the summary call failed: {exc}") from exc
+        finally:
+            waited.seconds += time.perf_counter() - started
 
 
-def _split(text: str, limit: int, counter: TokenCounter) -> list[str]:
-    """`text` in pieces of at most about `limit` tokens, by lines; a line alone too long is cut."""
-    if counter.count_text(text) <= limit:
-        return [text]
-    pieces: list[str] = []
+@dataclass(slots=True)
+class _Wait:
+    """Time one summary spent waiting for the model (its calls and retries)."""
+
+    seconds: float = 0.0
+
+
+def _digest_section(lines: Sequence[str]) -> str:
+    """The digest the agent saw of the rounds being summarised: what the summary must keep."""
+    if not lines:
+        return ""
+    return (
+        "\n\nThe agent saw these rounds as the following verbatim digest (its commands, each with the "
+        "reference to its output, and lines it used). Keep its lines in the summary verbatim "
+        "unless a newer message makes them wrong:\n" + "\n".join(lines)
+    )
+
+
+def _estimate(text: str) -> int:
+    """Tokens `text` takes at most, about: from its UTF-8 length, and its spacing when ASCII."""
+    if text.isascii():
+        dense = (text.count(" ") + text.count("\n")) * 20 < len(text)
+        return math.ceil(len(text) / (_DENSE_BYTES_PER_TOKEN if dense else _BYTES_PER_TOKEN))
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / _BYTES_PER_TOKEN)
+
+
+def _packed(pieces: Iterable[str], limit: int, separator: str) -> list[str]:
+    """`pieces` joined by `separator` into as few texts as keep each within `limit` estimated tokens."""
+    out: list[str] = []
     current: list[str] = []
     used = 0
-    for line in (p for whole in text.split("\n") for p in _cut(whole, limit, counter)):
-        size = counter.count_text(line) + 1  # the newline
+    for piece in pieces:
+        size = _estimate(piece) + 1  # the separator
         if current and used + size > limit:
-            pieces.append("\n".join(current))
+            out.append(separator.join(current))
             current, used = [], 0
-        current.append(line)
+        current.append(piece)
         used += size
     if current:
-        pieces.append("\n".join(current))
-    return pieces
+        out.append(separator.join(current))
+    return out
 
 
-def _cut(line: str, limit: int, counter: TokenCounter) -> list[str]:
-    """One line in pieces of at most `limit` tokens."""
+def _split(text: str, limit: int) -> list[str]:
+    """`text` in pieces of at most about `limit` tokens, by lines; a line alone too long is cut."""
+    if _estimate(text) <= limit:
+        return [text]
+    return _packed((p for whole in text.split("\n") for p in _cut(whole, limit)), limit, "\n")
+
+
+def _cut(line: str, limit: int) -> list[str]:
+    """One line in pieces of at most `limit` estimated tokens."""
     pieces: list[str] = []
-    while (size := counter.count_text(line)) > limit:
-        # Proportional cut, then shrink until it fits (token density varies along the text).
+    while (size := _estimate(line)) > limit:
+        # Proportional cut, then shrink until it fits (bytes per character vary along the text).
         cut = max(1, math.floor(len(line) * limit / size))
-        while cut > 1 and counter.count_text(line[:cut]) > limit:
+        while cut > 1 and _estimate(line[:cut]) > limit:
             cut = max(1, cut * 9 // 10)
         pieces.append(line[:cut])
         line = line[cut:]

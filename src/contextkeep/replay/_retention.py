@@ -2,8 +2,12 @@
 
 A term is an identifier, file path, number or error name (:func:`extract_terms`). A
 reply's term whose first occurrence compaction removed or shortened is a
-:class:`RetentionProbe`; it is kept when it is in the view, and recoverable when it is
-behind a reference the view shows.
+:class:`RetentionProbe`. It is *in view* when it occurs anywhere in the view, *whole* when
+it occurs there as a whole token, *in context* when the view holds it with the text that
+surrounded it earlier (:mod:`contextkeep.replay._context`), and *recoverable* when it is
+in view or behind one reference to a single output that the view shows with the command
+that produced it. Every text is compared after :func:`normalise` (JSON escapes decoded,
+whitespace runs made one space).
 """
 
 from __future__ import annotations
@@ -15,14 +19,19 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contextkeep._compaction._digest import command_text
 from contextkeep._errors import ContextKeepError
 from contextkeep._messages import Message, message_from_dict
 from contextkeep._offload.workspace import Workspace
+from contextkeep.replay._context import ContextIndex, normalise, presence
 from contextkeep.replay.engine import references_in
 
-__all__ = ["Retention", "RetentionProbe", "extract_terms", "resolve_probe", "searchable"]
+__all__ = ["Retention", "RetentionProbe", "extract_terms", "searchable"]
 
 logger = logging.getLogger("contextkeep.replay.metrics")
+
+# A command is named next to its output when the line with the reference holds this much of it.
+_COMMAND_CHARS = 32
 
 _TERM_PATTERNS = (
     r"[\w.-]*\w/[\w./-]*\w",  # file paths: at least one slash between word characters
@@ -49,9 +58,9 @@ def extract_terms(text: str) -> set[str]:
 
 
 def searchable(message: Message) -> str:
-    """The text a term is looked for in: the content plus every tool call's name and arguments."""
+    """The text a term is looked for in: the content plus every tool call's name and arguments, normalised."""
     calls = "".join(f"\n{c.name} {c.arguments}" for c in message.tool_calls)
-    return message.text + calls
+    return normalise(message.text + calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +70,7 @@ class RetentionProbe:
     For the reply produced by call `call` (transcript index `reply`), each term of
     :func:`extract_terms` in the reply's searchable text whose first occurrence (the
     lowest transcript index whose searchable text contains it) lies in an earlier
-    message that the call's view does not show verbatim is a probe. It is *in view*
-    when the term occurs in the view's searchable text, *recoverable* when it is in
-    view or occurs in the text behind a reference the view shows (read via the workspace).
+    message that the call's view does not show verbatim is a probe.
     """
 
     call: int
@@ -73,11 +80,18 @@ class RetentionProbe:
     first: int
     """Transcript index of the term's first occurrence."""
     in_view: bool
-    """The term is in the view."""
+    """The term occurs anywhere in the view's searchable text."""
     references: tuple[str, ...] = ()
-    """References the view showed (searched when the term is not in view)."""
+    """References the view shows inside tool results (so next to the call that produced them)."""
     recoverable: bool = False
-    """In view, or behind one of `references`."""
+    """In view, or behind one reference of `references` or `listed`."""
+    whole: bool = False
+    """The term occurs in the view as a whole token (no word character glued to it)."""
+    in_context: bool = False
+    """The view holds the term with `CONTEXT_CHARS` characters of its earlier surroundings."""
+    listed: tuple[tuple[str, str], ...] = ()
+    """(reference, the view's line naming it) outside tool results: recoverable only when the
+    text behind the reference is one output and the line quotes the command that produced it."""
 
 
 class Retention:
@@ -85,14 +99,17 @@ class Retention:
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self._messages = messages
-        self._first = _FirstSeen(messages)
+        texts = [searchable(m) for m in messages]
+        self._first = _FirstSeen(texts)
+        self._context = ContextIndex(texts)
         self._ids = [_transcript_id(m, i) for i, m in enumerate(messages)]
+        self._commands = _commands(messages)
 
     def probes(self, call: int, index: int, view: Sequence[Message]) -> list[RetentionProbe]:
         """The probes of transcript message `index` (the reply of call `call`) against its `view`."""
         verbatim = {m.id: m.key for m in view if m.id}
         text = "\x00".join(searchable(m) for m in view)
-        references: tuple[str, ...] | None = None
+        references: tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None = None
         out = []
         for term in sorted(extract_terms(searchable(self._messages[index]))):
             first = self._first(term)
@@ -102,25 +119,74 @@ class Retention:
             if verbatim.get(self._ids[first]) == original.key:
                 continue  # shown as recorded: nothing was removed or shortened
             present = term in text
+            whole, in_context = (False, False)
+            if present:
+                whole, in_context = presence(term, text, self._context.before(term, index))
             if not present and references is None:
-                references = tuple(dict.fromkeys(references_in(list(view))))
-            out.append(RetentionProbe(call, term, first, present, () if present else references or ()))
+                references = _view_references(view)
+            own, listed = ((), ()) if present or references is None else references
+            out.append(RetentionProbe(call, term, first, present, own, present, whole, in_context, listed))
         return out
 
+    async def resolve(
+        self, probe: RetentionProbe, workspace: Workspace, texts: dict[str, str]
+    ) -> RetentionProbe:
+        """`probe` with `recoverable` set: in view, or found behind one reference to one output.
 
-async def resolve_probe(probe: RetentionProbe, workspace: Workspace, texts: dict[str, str]) -> RetentionProbe:
-    """`probe` with `recoverable` set: in view, or found behind one of its references.
+        `texts` caches the searchable text behind each reference read so far.
+        """
+        found = probe.in_view
+        for ref in probe.references:
+            if found:
+                break
+            found = probe.term in await _cached_text(workspace, ref, texts)
+        for ref, line in probe.listed:
+            if found:
+                break
+            behind = await _cached_text(workspace, ref, texts)
+            command = self._commands.get(behind)
+            found = command is not None and command[:_COMMAND_CHARS] in line and probe.term in behind
+        return RetentionProbe(
+            probe.call,
+            probe.term,
+            probe.first,
+            probe.in_view,
+            probe.references,
+            found,
+            probe.whole,
+            probe.in_context,
+            probe.listed,
+        )
 
-    `texts` caches the searchable text behind each reference read so far.
-    """
-    found = probe.in_view
-    for ref in probe.references:
-        if found:
-            break
-        if ref not in texts:
-            texts[ref] = await _reference_text(workspace, ref)
-        found = probe.term in texts[ref]
-    return RetentionProbe(probe.call, probe.term, probe.first, probe.in_view, probe.references, found)
+
+def _view_references(view: Sequence[Message]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """References inside tool results, and (reference, line) pairs elsewhere in `view`."""
+    own = [r for m in view if m.role == "tool" for r in references_in([m])]
+    listed = [
+        (r, normalise(line))
+        for m in view
+        if m.role != "tool"
+        for line in m.text.splitlines()
+        for r in references_in([Message(role="user", content=line)])
+    ]
+    return tuple(dict.fromkeys(own)), tuple(dict.fromkeys(listed))
+
+
+def _commands(messages: Sequence[Message]) -> dict[str, str]:
+    """The searchable text of each tool output → the normalised command (arguments) that produced it."""
+    calls = {c.id: c for m in messages for c in m.tool_calls}
+    out: dict[str, str] = {}
+    for m in messages:
+        call = calls.get(m.tool_call_id or "")
+        if m.role == "tool" and call is not None:
+            out.setdefault(searchable(m), normalise(command_text(call)))
+    return out
+
+
+async def _cached_text(workspace: Workspace, reference: str, texts: dict[str, str]) -> str:
+    if reference not in texts:
+        texts[reference] = await _reference_text(workspace, reference)
+    return texts[reference]
 
 
 def _transcript_id(message: Message, index: int) -> str:
@@ -131,8 +197,7 @@ def _transcript_id(message: Message, index: int) -> str:
 class _FirstSeen:
     """Transcript index of each term's first occurrence (one search of the concatenated text)."""
 
-    def __init__(self, messages: Sequence[Message]) -> None:
-        texts = [searchable(m) for m in messages]
+    def __init__(self, texts: Sequence[str]) -> None:
         self._starts: list[int] = []
         position = 0
         for t in texts:
@@ -157,6 +222,6 @@ async def _reference_text(workspace: Workspace, reference: str) -> str:
         logger.warning("reference %s unreadable: %s", reference, exc)
         return ""
     if ".jsonl" not in reference:
-        return raw
+        return normalise(raw)
     lines = (json.loads(line) for line in raw.splitlines() if line.strip())
     return "\x00".join(searchable(message_from_dict(d)) for d in lines)

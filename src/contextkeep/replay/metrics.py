@@ -12,7 +12,10 @@ the replay's token counter) and the trajectory it replayed:
 - **calls over budget**: calls whose view exceeded `window - reserve`.
 - **invariant violations**: views holding a tool call without its result or a result
   without its call.
-- **FRR** (future-reference retention): see :class:`RetentionProbe`.
+- **FRR** (future-reference retention): see :class:`RetentionProbe`; `frr_in_view` counts a
+  term anywhere in the view, `frr_whole` as a whole token, `frr_context` with the text that
+  surrounded it earlier (a bare list of names does not pass it). :func:`pooled` and
+  :func:`per_run_min` combine them over trajectories.
 - **cacheable prefix**: see :class:`CacheModel` and :func:`shared_prefix_tokens`.
 - **cost**: see :class:`Pricing`; output tokens are left out of both sides (a replay
   does not change the replies), so `cost_ratio` is the prompt-side cost ratio.
@@ -22,7 +25,7 @@ the replay's token counter) and the trajectory it replayed:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +40,7 @@ from contextkeep.replay._pricing import (
     provider_prompt,
     shared_prefix_tokens,
 )
-from contextkeep.replay._retention import Retention, RetentionProbe, extract_terms, resolve_probe, searchable
+from contextkeep.replay._retention import Retention, RetentionProbe, extract_terms, searchable
 from contextkeep.replay.engine import CallResult, CallTotals, ReplayResult
 from contextkeep.replay.trajectories import Trajectory
 
@@ -49,6 +52,9 @@ __all__ = [
     "RetentionProbe",
     "TrajectoryMetrics",
     "extract_terms",
+    "median",
+    "per_run_min",
+    "pooled",
     "searchable",
     "shared_prefix_tokens",
 ]
@@ -124,8 +130,20 @@ class TrajectoryMetrics(CallTotals):
         return _ratio(sum(p.in_view for p in probes), len(probes))
 
     @property
+    def frr_whole(self) -> float | None:
+        """Probes whose term is in view as a whole token / probes."""
+        probes = self.probes
+        return _ratio(sum(p.whole for p in probes), len(probes))
+
+    @property
+    def frr_context(self) -> float | None:
+        """Probes whose term is in view with its earlier surroundings / probes."""
+        probes = self.probes
+        return _ratio(sum(p.in_context for p in probes), len(probes))
+
+    @property
     def frr_recoverable(self) -> float | None:
-        """Probes in view or behind a reference in view / probes."""
+        """Probes in view, or behind one reference to one output shown with its command / probes."""
         probes = self.probes
         return _ratio(sum(p.recoverable for p in probes), len(probes))
 
@@ -177,6 +195,8 @@ class TrajectoryMetrics(CallTotals):
             "compactions": dict(self.compactions),
             "frr_probes": len(self.probes),
             "frr_in_view": r(self.frr_in_view),
+            "frr_whole": r(self.frr_whole),
+            "frr_context": r(self.frr_context),
             "frr_recoverable": r(self.frr_recoverable),
             "cacheable_prefix_fraction": r(self.cacheable_prefix_fraction),
             "prefix_breaks": self.prefix_breaks,
@@ -186,6 +206,35 @@ class TrajectoryMetrics(CallTotals):
             "recorded_cost_usd": r(self.recorded_cost, 6),
             "count_error_pct": r(self.count_error_pct, 3),
         }
+
+
+_FRR = {
+    "frr_in_view": "in_view",
+    "frr_whole": "whole",
+    "frr_context": "in_context",
+    "frr_recoverable": "recoverable",
+}
+
+
+def pooled(runs: Sequence[TrajectoryMetrics], metric: str) -> float | None:
+    """An FRR metric over every probe of `runs` together (`None` without probes).
+
+    `metric` is `frr_in_view`, `frr_whole`, `frr_context` or `frr_recoverable`.
+    """
+    probes = [p for m in runs for p in m.probes]
+    return _ratio(sum(getattr(p, _FRR[metric]) for p in probes), len(probes))
+
+
+def per_run_min(runs: Sequence[TrajectoryMetrics], metric: str) -> float | None:
+    """The smallest value of a per-trajectory metric over `runs` that have one."""
+    values = [v for m in runs if (v := getattr(m, metric)) is not None]
+    return min(values) if values else None
+
+
+def median(runs: Sequence[TrajectoryMetrics], metric: str) -> float | None:
+    """The median of a per-trajectory metric over `runs` that have one."""
+    values = [v for m in runs if (v := getattr(m, metric)) is not None]
+    return statistics.median(values) if values else None
 
 
 @dataclass(slots=True)
@@ -235,7 +284,7 @@ class MetricsRecorder:
         texts: dict[str, str] = {}
         metrics = TrajectoryMetrics(result.name, compactions=result.compactions)
         for call, pending, recorded in zip(result.calls, self._pending, self.trajectory.calls, strict=True):
-            probes = [await resolve_probe(p, workspace, texts) for p in pending.probes]
+            probes = [await self._retention.resolve(p, workspace, texts) for p in pending.probes]
             usage = recorded.usage or {}
             metrics.calls.append(
                 CallMetrics(

@@ -49,6 +49,7 @@ _ROLLING = {
     "trigger_ratio": _EVERY_CALL,
     "target_ratio": _EVERY_CALL,
     "max_observation_age_rounds": 5,
+    "mask_min_saving_tokens": 0,  # SWE-agent masks every old output, whatever it saves
 }
 
 PRESETS: dict[str, Preset] = {
@@ -73,7 +74,12 @@ PRESETS: dict[str, Preset] = {
             "a 20-character head/tail preview and a reference; outputs of 20 characters or fewer are "
             "never masked; ages count rounds, so a round with several tool results ages as one "
             "observation; at a budget SWE-agent does not have, L4 still guards the window.",
-            {**_ROLLING, "truncated_observation_max_chars": 20, **_NO_INGEST_LIMIT},
+            {
+                **_ROLLING,
+                "truncated_observation_max_chars": 20,
+                "mask_used_lines_chars": 0,  # SWE-agent keeps no line of a masked output
+                **_NO_INGEST_LIMIT,
+            },
         ),
         Preset(
             "rolling-mask",
@@ -91,7 +97,7 @@ PRESETS: dict[str, Preset] = {
             "truncated_observation_max_chars 200, min_keep_tokens 10000, max_compact_failures 3. DB-GPT "
             "compacts until the view is back under the warning threshold (target 0.69 here) and has no "
             "tool-result limit at ingest.",
-            {"target_ratio": 0.69, **_NO_INGEST_LIMIT},
+            {"target_ratio": 0.69, "mask_used_lines_chars": 0, **_NO_INGEST_LIMIT},  # head/tail previews
         ),
         Preset(
             "agentscope",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contextkeep._compaction import LayerName
-from contextkeep.replay.metrics import TrajectoryMetrics
+from contextkeep.replay.metrics import TrajectoryMetrics, median, per_run_min, pooled
 
 __all__ = ["ReportEntry", "render_report", "write_report"]
 
@@ -151,7 +151,8 @@ def _section(entry: ReportEntry) -> str:
     return (
         f"<section><h2>{html.escape(m.name)} <small>({html.escape(entry.strategy)})</small></h2>"
         f"<p>{len(m.calls)} calls · peak {m.peak_view_tokens:,} tokens · compactions: {counts} · "
-        f"FRR in view {_fmt(m.frr_in_view)} · recoverable {_fmt(m.frr_recoverable)} · "
+        f"FRR in view {_fmt(m.frr_in_view)} · whole {_fmt(m.frr_whole)} · in context {_fmt(m.frr_context)} · "
+        f"recoverable {_fmt(m.frr_recoverable)} · "
         f"cost ratio {_fmt(m.cost_ratio)}</p><p>{legend}</p>{tokens}<br>{cost}</section>"
     )
 
@@ -164,6 +165,8 @@ _COLUMNS = (
     "over budget",
     "violations",
     "FRR view",
+    "FRR whole",
+    "FRR context",
     "FRR recov.",
     "cache prefix",
     "breaks",
@@ -181,6 +184,8 @@ def _row(entry: ReportEntry) -> str:
         str(m.over_budget_calls),
         str(m.invariant_violations),
         _fmt(m.frr_in_view),
+        _fmt(m.frr_whole),
+        _fmt(m.frr_context),
         _fmt(m.frr_recoverable),
         _fmt(m.cacheable_prefix_fraction),
         str(m.prefix_breaks),
@@ -189,10 +194,36 @@ def _row(entry: ReportEntry) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+_FRR_METRICS = (
+    ("FRR view", "frr_in_view"),
+    ("FRR whole", "frr_whole"),
+    ("FRR context", "frr_context"),
+    ("FRR recov.", "frr_recoverable"),
+)
+
+
+def _pooled_table(entries: Sequence[ReportEntry]) -> str:
+    """Per strategy, each FRR metric over every probe together, then its median and minimum per run."""
+    by_strategy: dict[str, list[TrajectoryMetrics]] = {}
+    for e in entries:
+        by_strategy.setdefault(e.strategy, []).append(e.metrics)
+    header = "<th>strategy</th><th>runs</th>" + "".join(
+        f"<th>{label} pooled · median · min</th>" for label, _ in _FRR_METRICS
+    )
+    rows = []
+    for strategy, runs in by_strategy.items():
+        cells = [html.escape(strategy), str(len(runs))]
+        for _, metric in _FRR_METRICS:
+            values = (pooled(runs, metric), median(runs, metric), per_run_min(runs, metric))
+            cells.append(" · ".join(_fmt(v) for v in values))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
 def render_report(entries: Sequence[ReportEntry], *, title: str = "contextkeep replay") -> str:
     """The whole HTML document."""
     header = "".join(f"<th>{c}</th>" for c in _COLUMNS)
-    table = f"<table><tr>{header}</tr>{''.join(_row(e) for e in entries)}</table>"
+    table = f"<table><tr>{header}</tr>{''.join(_row(e) for e in entries)}</table>{_pooled_table(entries)}"
     sections = "".join(_section(e) for e in entries)
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'

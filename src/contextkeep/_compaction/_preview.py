@@ -1,0 +1,73 @@
+"""Layer 1 previews that keep what the agent used: the lines of a masked output naming it.
+
+The names come from the agent's own messages around the output: the call that produced it
+and the next `span` messages. Those exist whenever the output is masked (the mask boundary
+stays `max_observation_age_rounds` rounds back), so every later build derives the same
+preview: it is frozen at mask time and the cached prefix holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextkeep._compaction._words import command_text, names_in
+from contextkeep._messages import Message
+
+__all__ = ["used_lines"]
+
+_MIN_LINE, _MAX_LINE = 8, 240
+
+
+def _worth(item: tuple[str, frozenset[str]], covered: set[str], order: dict[str, int]) -> tuple[float, int]:
+    line, found = item
+    return len(found - covered) / len(line), -order[line]
+
+
+def _used_names(transcript: Sequence[Message], index: int, span: int) -> set[str]:
+    """Names the agent wrote in the call before `transcript[index]` and in the `span` messages after."""
+    low = index
+    while low > 0 and transcript[low - 1].role == "tool":  # results of the same call message
+        low -= 1
+    names: set[str] = set()
+    for m in transcript[max(low - 1, 0) : index + 1 + span]:
+        if m.role == "assistant":
+            names |= names_in(m.text + "\n".join(command_text(c) for c in m.tool_calls))
+    return names
+
+
+def used_lines(
+    transcript: Sequence[Message], index: int, span: int, budget: int, shown: str
+) -> tuple[str, ...]:
+    """Whole lines of the output at `index` naming what the agent used, in at most `budget` characters.
+
+    Greedy by new names per character; lines `shown` (the head and tail) already holds are skipped.
+    Nothing until the `span` messages after the output exist (the preview must not change later).
+    """
+    if budget <= 0 or index + 1 + span > len(transcript):
+        return ()
+    names = _used_names(transcript, index, span)
+    candidates: dict[str, frozenset[str]] = {}
+    for raw in transcript[index].text.splitlines():
+        line = raw.strip()
+        if _MIN_LINE <= len(line) <= _MAX_LINE and line not in shown and line not in candidates:
+            found = frozenset(names_in(line) & names)
+            if found:
+                candidates[line] = found
+    order = {line: n for n, line in enumerate(candidates)}
+    covered: set[str] = set()
+    chosen: list[str] = []
+    while candidates and budget > 0:
+        line, found = max(
+            candidates.items(), key=lambda kv: (len(kv[1] - covered) / len(kv[0]), -order[kv[0]])
+        )
+        del candidates[line]
+        if not found - covered:
+            break
+        if len(line) + 1 > budget:
+            if budget <= _MIN_LINE:
+                break
+            continue
+        chosen.append(line)
+        covered |= found
+        budget -= len(line) + 1
+    return tuple(sorted(chosen, key=order.__getitem__))

@@ -1,0 +1,30 @@
+"""The words compaction weighs in what an agent wrote: its names, and what its calls ran."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from contextkeep._messages import ToolCall
+
+__all__ = ["command_text", "names_in"]
+
+_NAME = re.compile(r"[A-Za-z_][\w]*(?:[./:-]\w+)*|\d{3,}")
+
+
+def command_text(call: ToolCall) -> str:
+    """A call's one string argument (a shell command), else its arguments as sent."""
+    try:
+        parsed = json.loads(call.arguments)
+    except ValueError:
+        return call.arguments
+    if isinstance(parsed, dict) and len(parsed) == 1:
+        (value,) = parsed.values()
+        if isinstance(value, str):
+            return value
+    return call.arguments
+
+
+def names_in(text: str) -> set[str]:
+    """The names in `text` a digest (or preview) weighs: identifiers and paths of 4+ characters, numbers."""
+    return {n for n in _NAME.findall(text) if len(n) >= 4 or n[0].isdigit()}

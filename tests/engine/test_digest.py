@@ -1,0 +1,123 @@
+"""Layer 2's working-set digest, and layer 1 masking only where it pays."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextkeep._agent.recall import recall_tool
+from contextkeep._agent.tools import ToolError
+from contextkeep._compaction._digest import build_digest
+from contextkeep._formats.openai import from_openai
+from contextkeep._tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
+from support import assert_references_readable, call, manager, result
+
+SYSTEM = {"role": "system", "content": "You are a careful agent."}
+TASK = {"role": "user", "content": "Fix the failing test in src/app.py"}
+FILLER = "\n".join(f"noise line {j} with nothing the agent ever named" for j in range(12))
+
+
+def _history(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [SYSTEM, TASK]
+    for i in range(n):
+        if i == 2:  # the agent writes a script: its body is code, not a command line
+            command = f"cat <<'EOF' > fix_{i}.py\nimport app\napp.compute_total_price([]) == 0\nEOF"
+        else:
+            command = f"grep -n compute_total_price src/app.py  # {i}"
+        body = f"{FILLER}\n120: def compute_total_price(items):  # seen at {i}\n{FILLER}"
+        out += [call(f"c{i}", command), result(f"c{i}", body)]
+    out.append({"role": "assistant", "content": "compute_total_price in src/app.py is the culprit."})
+    return out
+
+
+async def test_dropped_rounds_leave_their_commands_with_references_and_the_lines_the_agent_used(
+    tmp_path: Path,
+) -> None:
+    cm = manager(tmp_path, 4000, min_keep_recent_rounds=3, min_keep_tokens=500, drop_digest_tokens=1200)
+    async with cm.session("c") as s:
+        await s.add(_history(16))
+        view = await s.prepare()
+        (marker,) = [m for m in view.neutral if m.metadata.get("ck_kind") == "dropped"]
+        text = marker.text
+        assert "L2" in view.compacted and "Working set of the removed rounds" in text
+        # One line per command, its output's reference beside it; the heredoc body is not on it.
+        assert (
+            "- grep -n compute_total_price src/app.py  # 0 → [Full detail available at: sessions/c/tool_result-c0.txt]"
+            in text
+        )
+        assert "- cat <<'EOF' > fix_2.py →" in text
+        # The lines naming what the agent used come verbatim; the noise does not.
+        assert "120: def compute_total_price(items):  # seen at" in text
+        assert "app.compute_total_price([]) == 0" in text
+        assert await assert_references_readable(cm.workspace, [marker]) > 1
+        counter = PromptCounter(HeuristicEncoder(), OpenAIFraming())
+        digest = text.split("\n", 1)[1]
+        assert counter.count_text(digest) <= 1200 + 20
+        # Nothing dropped since: the digest (so the prefix) is the same at the next call.
+        await s.add([{"role": "user", "content": "go on"}])
+        again = await s.prepare()
+        assert [m.text for m in again.neutral if m.metadata.get("ck_kind") == "dropped"] == [text]
+
+
+def test_a_digest_without_budget_is_empty_and_one_that_runs_out_says_so() -> None:
+    transcript = from_openai(_history(20)[1:])
+    counter = PromptCounter(HeuristicEncoder(), OpenAIFraming())
+    assert build_digest(transcript, 1, 30, counter, 0).text == ""
+    small = build_digest(transcript, 1, 30, counter, 60)
+    assert small.full and "earlier command(s) left out" in small.text
+
+
+async def test_masking_skips_outputs_it_would_barely_shorten(tmp_path: Path) -> None:
+    small = "y" * 260  # a preview of 60 characters plus its reference saves a few tokens only
+    large = "z" * 4000
+    history = [SYSTEM, TASK, call("c0"), result("c0", small), call("c1"), result("c1", large)]
+    history += [m for i in range(2, 9) for m in (call(f"c{i}"), result(f"c{i}", "w" * 900))]
+
+    runs = itertools.count()
+
+    async def masked(**config: Any) -> list[str]:
+        cm = manager(
+            tmp_path / str(next(runs)),
+            1800,
+            layers=("L1",),
+            max_observation_age_rounds=5,
+            tool_result_limit_max_ratio=None,
+            **{"truncated_observation_max_chars": 60, **config},
+        )
+        async with cm.session("c") as s:
+            await s.add(history)
+            view = await s.prepare()
+        return [m.tool_call_id or "" for m in view.neutral if m.role == "tool" and "Full detail" in m.text]
+
+    assert await masked(mask_min_saving_tokens=150) == ["c1", "c2", "c3"]
+    assert await masked() == ["c1", "c2", "c3"]  # the default is the same threshold
+    assert await masked(mask_min_saving_tokens=0, truncated_observation_max_chars=20) == [
+        "c0",
+        "c1",
+        "c2",
+        "c3",
+    ]
+    # A 250-character preview plus its reference is longer than the 260-character output: kept whole.
+    assert "c0" not in await masked(mask_min_saving_tokens=1, truncated_observation_max_chars=250)
+    assert "c0" in await masked(mask_min_saving_tokens=0, truncated_observation_max_chars=250)
+
+
+async def test_recall_reads_one_dropped_output_by_the_command_that_produced_it(tmp_path: Path) -> None:
+    cm = manager(tmp_path, 4000, min_keep_recent_rounds=3, min_keep_tokens=500, drop_digest_tokens=1200)
+    history = [SYSTEM, TASK, call("s0", "echo short"), result("s0", "ok: short output"), *_history(16)[2:]]
+    async with cm.session("c") as s:
+        await s.add(history)
+        view = await s.prepare()
+    (marker,) = [m for m in view.neutral if m.metadata.get("ck_kind") == "dropped"]
+    span = marker.text.split("[Full detail available at: ", 1)[1].split("]", 1)[0]
+    recall = recall_tool(cm.workspace, "c")
+    # Too short to be offloaded on its own, the output is still one recall away from its command.
+    assert await recall.call(json.dumps({"reference": span, "command": "echo short"})) == "ok: short output"
+    body = await recall.call(json.dumps({"reference": span, "command": "src/app.py  # 3"}))
+    assert "# seen at 3" in body and "# seen at 4" not in body
+    with pytest.raises(ToolError, match="no command containing"):
+        await recall.call(json.dumps({"reference": span, "command": "rm -rf"}))
