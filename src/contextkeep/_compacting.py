@@ -10,9 +10,7 @@ the usage baseline (the usage policy says so); then the events report what happe
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,8 +25,9 @@ from contextkeep._config import ContextConfig, UsageMode
 from contextkeep._deps import SessionDeps
 from contextkeep._documents import Documents
 from contextkeep._emitter import Emitter
-from contextkeep._errors import ContextOverflowError
+from contextkeep._errors import ContextOverflowError, OverflowPhase
 from contextkeep._events import CompressionCompleted, CompressionStarted, ContextOffloaded
+from contextkeep._lease import Lease
 from contextkeep._messages import Message
 from contextkeep._tokens import TokenCounter
 from contextkeep._transcript import Transcript
@@ -85,6 +84,7 @@ class Compacting:
         cas: CompareAndSet,
         events: Emitter,
         load: Callable[[ContextConfig], Awaitable[None]],
+        flush: Callable[[], Awaitable[None]],
     ) -> None:
         conversation_id = cas.conversation_id
         self.conversation_id = conversation_id
@@ -106,7 +106,9 @@ class Compacting:
         """The layers."""
         self._log, self._docs, self._policy = transcript, documents, policy
         self._cas, self._events, self._load = cas, events, load
-        self._owner = uuid.uuid4().hex  # lease owner: this session object
+        self._flush = flush
+        """Waits for the session's queued tool-result copies: a state about to name them is saved after."""
+        self._lease = Lease(cas.store, conversation_id, _LEASE)
 
     def measure(self, tools: Tools, config: ContextConfig) -> Measured:
         """The view of the current state under `config`, and its tokens (tools included)."""
@@ -118,7 +120,6 @@ class Compacting:
 
         The loser of the lease waits, reloads, and compacts only if the winner's result is not enough.
         """
-        store = self._cas.store
 
         async def load() -> None:  # with this pass's config: the hooks resolve for the views it builds
             await self._load(request.config)
@@ -128,17 +129,14 @@ class Compacting:
             given, measured = measured, None
             return await self._attempt(request, force, given)
 
-        held = await self._acquire_lease(request.config.lease_ttl_ms)
-        try:
+        config = request.config
+        async with self._lease.held(config.lease_ttl_ms, config.lease_heartbeat()):
             await load()  # the previous holder may have compacted already
             # A flag another instance already consumed is not ours to act on again.
             force = request.force and self._docs.compaction.compression_required
             return await self._cas.retry(
                 attempt, f"save the compaction state of {self.conversation_id!r}: it kept changing", load
             )
-        finally:
-            if held:
-                await store.release_lease(self.conversation_id, _LEASE, self._owner)
 
     async def due(
         self, measured: Measured, budget: Budget, tools: Tools, config: ContextConfig
@@ -171,20 +169,11 @@ class Compacting:
     ) -> Outcome | None:
         """Layer 4 after `overflow`: the pass that makes the same call fit, or None when nothing shrinks."""
         measured = self.measure(tools, config)
-        target = recovery_target(measured.tokens, overflow, config.recovery_margin_tokens)
+        margin = config.recovery_margin_tokens
+        target = recovery_target(measured.tokens, overflow, margin, budget.reserved_output)
         reason = CompressionReason.OVERFLOW_RECOVERY
         outcome = await self.run(PassRequest(budget, tools, reason, target, config, reactive=True), measured)
         return outcome if outcome.changed and outcome.tokens < measured.tokens else None
-
-    async def _acquire_lease(self, ttl: int) -> bool:
-        """Wait for the compaction lease; after its TTL a silent holder's lease is taken over."""
-        store, loop = self._cas.store, asyncio.get_running_loop()
-        deadline = loop.time() + ttl / 1000
-        while loop.time() <= deadline:
-            if await store.acquire_lease(self.conversation_id, _LEASE, self._owner, ttl):
-                return True
-            await asyncio.sleep(0.02)
-        return await store.acquire_lease(self.conversation_id, _LEASE, self._owner, ttl)
 
     def _measure(
         self, state: CompactionState, request: PassRequest, given: Measured | None
@@ -229,6 +218,7 @@ class Compacting:
         )
         for failure in outcome.failures:
             await self._events.aemit(failure)
+        await self._flush()
         offload_seconds = await self._offload(outcome)
         new = outcome.state.evolve(
             compression_required=False, compression_reason="", compression_required_at=None
@@ -272,6 +262,8 @@ class Compacting:
                 references=tuple(r for rec in new.records[len(before.records) :] for r in rec.references),
                 layers_ms=outcome.seconds * 1e3,
                 summary_ms=outcome.summary_seconds * 1e3,
+                summary_wait_ms=(outcome.summary_seconds - outcome.summary_cpu_seconds) * 1e3,
+                summary_cpu_ms=outcome.summary_cpu_seconds * 1e3,
                 offload_ms=offload_seconds * 1e3,
                 required_at=before.compression_required_at,
                 into_current_turn=outcome.into_current_turn,
@@ -286,12 +278,24 @@ def pass_trigger(budget: Budget, config: ContextConfig) -> int | None:
     return budget.tokens_at(config.warning_threshold)
 
 
-def recovery_target(local: int, overflow: ContextOverflowError, margin: int) -> int:
-    """The local token count layer 4 aims at after `overflow` (the view counted `local` tokens here)."""
-    if overflow.limit and overflow.requested and overflow.requested > 0:
-        # The provider's count may differ from ours: scale the gap into local tokens.
-        return max(int(local * overflow.limit / overflow.requested) - margin, 0)
-    return 0  # unknown gap: down to the system prompt and the last two rounds
+def recovery_target(local: int, overflow: ContextOverflowError, margin: int, reserved: int = 0) -> int:
+    """The local token count layer 4 aims at after `overflow` (the view counted `local` tokens here).
+
+    The retried prompt must fit the limit less the reply it reserves: the output the
+    provider says was requested, else `reserved` (the budget's, from the request's
+    `max_tokens`). The provider's count may differ from ours, so the provider's prompt
+    figure is scaled into local tokens.
+    """
+    limit, requested, output = overflow.limit, overflow.requested, overflow.requested_output
+    if not limit or not requested or requested <= 0:
+        return 0  # unknown gap: down to the system prompt and the last two rounds
+    if overflow.phase is OverflowPhase.TOTAL_CONTEXT:
+        if output is None or output >= requested:  # the prompt's share is not stated
+            return max(int(local * limit / requested) - margin, 0)
+        prompt, fits = requested - output, limit - output
+    else:
+        prompt, fits = requested, limit - (output if output is not None else reserved)
+    return max(int(local * fits / prompt) - margin, 0)
 
 
 def _raised(outcome: Outcome) -> Outcome:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import string
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,7 +74,11 @@ class ContextConfig(BaseModel):
     An explicit model figure: the budget uses the smallest known of this, the model spec's
     window and `max_context_tokens`."""
     reserved_tokens: int = Field(default=0, ge=0)
-    """Tokens reserved for output; 0 falls through to request max_tokens, agent default, model max output."""
+    """Tokens reserved for output; 0 falls through to request max_tokens, agent default, model max output.
+
+    A reservation that leaves the prompt no room in the window raises `ConfigError` (here against
+    `max_context_tokens`/`model_context_length`, and against the model's window when a manager is
+    built); a request's `max_tokens` that does is lowered, with a `context.reserve.clamped` event."""
 
     # States (DB-GPT).
     warning_threshold: float = 0.70
@@ -103,6 +108,27 @@ class ContextConfig(BaseModel):
     """Tool outputs of rounds older than this are masked by layer 1."""
     truncated_observation_max_chars: int = Field(default=200, ge=20)
     """Characters of a masked tool output kept as preview (head and tail)."""
+    mask_min_saving_tokens: int = Field(default=150, ge=0)
+    """Layer 1 masks a tool output only when its preview saves at least this many tokens.
+
+    Masks that save little cost what they save in lost detail (and break the cache for it); with a
+    threshold a preview never replaces an output it would not shorten. 0 masks every old output
+    (SWE-agent's policy), even where the preview and its reference are the longer."""
+    mask_used_lines_chars: int = Field(default=300, ge=0)
+    """Characters of a masked output's preview given to its whole lines naming what the agent used (0: none).
+
+    The names come from the call that produced the output and the messages right after it, so the
+    preview is the same whenever it is built again (the cached prefix holds); a preview that would
+    not be shorter than the output leaves them out. On the DeepSeek replays it keeps 0.954 of the
+    reused terms in view instead of 0.949, at a slightly lower cost."""
+    drop_digest_tokens: int = Field(default=2_500, ge=0)
+    """Tokens of the working-set digest shown with the dropped-rounds marker of layer 2 (0: marker only).
+
+    Verbatim and model-free: the agent's commands from the dropped rounds, each with its output's
+    reference, then the lines of their outputs and of the agent's code that name most of what the
+    agent used. Made when the rounds are dropped, unchanged until the next drop (no extra cache
+    breaks). On the DeepSeek replays it keeps 0.95 of the reused terms in view instead of 0.90, at
+    the same cost: the rounds dropped to make room for it were worth less than it."""
     min_keep_tokens: int = Field(default=10_000, ge=0)
     """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
     min_keep_tokens_max_ratio: float = Field(default=0.15, gt=0, le=1)
@@ -136,7 +162,10 @@ class ContextConfig(BaseModel):
     compression_prompt: str = DEFAULT_COMPRESSION_PROMPT
     """Instruction sent to the summarising model."""
     summary_template: str = DEFAULT_SUMMARY_TEMPLATE
-    """How the summary is placed into the view; `{summary}` is replaced by the rendered summary."""
+    """How the summary is placed into the view; `{summary}` is replaced by the rendered summary.
+
+    It must hold `{summary}` and no other placeholder (`{{` and `}}` for literal braces): anything
+    else raises `ConfigError` when the configuration is built, not at the first compaction."""
     summary_schema: dict[str, Any] | None = None
     """JSON Schema of the structured summary; unset means the five default fields."""
     max_summary_tokens: int = Field(default=2_000, gt=0)
@@ -169,8 +198,13 @@ class ContextConfig(BaseModel):
     """What to do with a malformed history (raise, or repair and report)."""
     recovery_margin_tokens: int = Field(default=256, ge=0)
     """Extra tokens reactive compaction removes beyond the reported gap."""
-    lease_ttl_ms: int = Field(default=60_000, gt=0)
-    """How long one instance may hold the compaction lease; an expired lease is taken over."""
+    lease_ttl_ms: int = Field(default=15_000, gt=0)
+    """How long the compaction lease lasts unless its holder renews it (the heartbeat does, while a
+    pass runs); after that a silent holder's lease is taken over. A process that restarts on the
+    same host takes over its dead predecessor's lease at once, whatever the TTL."""
+    lease_heartbeat_ms: int | None = Field(default=None, gt=0)
+    """How often a pass renews the lease it holds; unset: a third of `lease_ttl_ms`. Must be below
+    `lease_ttl_ms`, so a live holder's lease never lapses between beats."""
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -186,12 +220,43 @@ class ContextConfig(BaseModel):
                 raise ConfigError(f"layers.{i}", f"{name!r} is not a layer name")
         return names
 
+    @field_validator("summary_template")
+    @classmethod
+    def _summary_slot(cls, template: str) -> str:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as exc:  # a lone `{` or `}`
+            raise ConfigError("summary_template", f"{exc} (write a literal brace as {{{{ or }}}})") from None
+        unknown = sorted({f for f in fields if f != "summary"})
+        if unknown:
+            raise ConfigError(
+                "summary_template",
+                f"unknown placeholder {{{unknown[0]}}}: only {{summary}} is filled in "
+                "(write a literal brace as {{ or }})",
+            )
+        if "summary" not in fields:
+            raise ConfigError("summary_template", "must contain {summary}, where the summary goes")
+        return template
+
     @model_validator(mode="after")
     def _check(self) -> ContextConfig:
         self.thresholds()  # raises ConfigError naming the key
         if self.target_ratio >= self.warning_threshold:
             raise ConfigError("target_ratio", f"must be below warning_threshold ({self.warning_threshold})")
+        if self.lease_heartbeat_ms is not None and self.lease_heartbeat_ms >= self.lease_ttl_ms:
+            raise ConfigError("lease_heartbeat_ms", f"must be below lease_ttl_ms ({self.lease_ttl_ms})")
+        windows = [w for w in (self.max_context_tokens, self.model_context_length) if w is not None]
+        if windows and self.reserved_tokens >= min(windows):
+            raise ConfigError(
+                "reserved_tokens",
+                f"{self.reserved_tokens} tokens reserved for the reply leave no room for the prompt "
+                f"in a {min(windows)}-token window",
+            )
         return self
+
+    def lease_heartbeat(self) -> int:
+        """Milliseconds between lease renewals (`lease_heartbeat_ms`, else a third of the TTL)."""
+        return self.lease_heartbeat_ms or max(self.lease_ttl_ms // 3, 1)
 
     def thresholds(self) -> Thresholds:
         """The state thresholds."""
@@ -231,6 +296,22 @@ def build_config(values: Mapping[str, Any]) -> ContextConfig:
     return ContextConfig(**dict(values))
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def env_bool(variable: str, raw: str) -> bool:
+    """A boolean environment variable's value; anything but the accepted words raises `ConfigError`.
+
+    A typo (`maybe`, `ture`) must not silently read as false and turn a feature off.
+    """
+    word = raw.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    accepted = ", ".join((*_TRUE, *_FALSE))
+    raise ConfigError(variable, f"{raw!r} is not a boolean (accepted, in any case: {accepted})")
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, field in ContextConfig.model_fields.items():
@@ -241,7 +322,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         if "tuple" in annotation:
             out[name] = tuple(p.strip() for p in raw.split(",") if p.strip())
         elif "bool" in annotation:
-            out[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            out[name] = env_bool(f"CONTEXTKEEP_{name.upper()}", raw)
         else:
             out[name] = raw  # pydantic converts numbers and enums from text
     return out

@@ -25,13 +25,23 @@ the same history always maps to the same ids, in every process.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 from contextkeep._messages import Message, ToolCall
 
-__all__ = ["fingerprint", "first_divergence", "fork_id", "new_messages", "with_stable_ids"]
+__all__ = [
+    "StableIds",
+    "common_prefix",
+    "fingerprint",
+    "first_divergence",
+    "fork_id",
+    "new_messages",
+    "with_stable_ids",
+]
 
 Fingerprint = tuple[str, str, tuple[tuple[str, str], ...], str | None]
 
@@ -108,6 +118,46 @@ def with_stable_ids(
             fixed = _dict_ids(item, index, pending)
         out.append(fixed)
     return out
+
+
+def common_prefix(
+    old: Sequence[object], new: Sequence[object], differ: Callable[[Any, Any], bool] = is_not
+) -> int:
+    """How many leading items of `new` are the very objects at the same places in `old`.
+
+    `differ` tells two items apart (`operator.ne` compares values instead).
+    """
+    return next(compress(count(), map(differ, old, new)), min(len(old), len(new)))
+
+
+class StableIds:
+    """:func:`with_stable_ids` for a history handed over again and again, a little longer each time.
+
+    The leading items that are the very objects of the previous history keep their fixed
+    form; the walk restarts at the latest of them with tool calls (what a result without an
+    id answers depends on nothing before it), so a call costs the new tail, not the history.
+    """
+
+    def __init__(self) -> None:
+        self._given: list[Message | Mapping[str, Any]] = []
+        self._fixed: list[Message | Mapping[str, Any]] = []
+
+    def __call__(self, history: Iterable[Message | Mapping[str, Any]]) -> list[Message | Mapping[str, Any]]:
+        """The history with stable ids (the same as `with_stable_ids(history)`)."""
+        given = list(history)
+        start = _restart(given, common_prefix(self._given, given))
+        fixed = self._fixed[:start] + with_stable_ids(given[start:], start=start)
+        self._given, self._fixed = given, fixed
+        return fixed
+
+
+def _restart(history: Sequence[Message | Mapping[str, Any]], known: int) -> int:
+    """The latest position before `known` whose item has tool calls (0 if none)."""
+    for i in range(known - 1, -1, -1):
+        item = history[i]
+        if item.tool_calls if isinstance(item, Message) else item.get("tool_calls"):
+            return i
+    return 0
 
 
 def _derived_id(index: int, position: int, name: str, arguments: str) -> str:

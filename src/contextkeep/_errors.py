@@ -4,6 +4,7 @@
 ContextKeepError
 ├── ConfigError                 a setting is invalid (names the key)
 ├── MessageFormatError          input that is not a valid message in the named format
+├── InvalidIdError              an id (conversation, message, tool call) too long or with control characters
 ├── MalformedHistoryError       breaks round pairing (orphan result, missing result, duplicate id)
 ├── HistoryDivergedError        a whole history handed to `Session.sync` does not continue the transcript
 ├── TokenizerError              a token counter could not be built or loaded
@@ -29,6 +30,7 @@ __all__ = [
     "ContextKeepError",
     "ContextOverflowError",
     "HistoryDivergedError",
+    "InvalidIdError",
     "MalformedHistoryError",
     "MaxIterationsError",
     "MessageFormatError",
@@ -65,6 +67,22 @@ class MessageFormatError(ContextKeepError, ValueError):
         self.index = index
         where = f" (message {index})" if index is not None else ""
         super().__init__(f"invalid {fmt} message{where}: {problem}")
+
+
+class InvalidIdError(ContextKeepError, ValueError):
+    """An id cannot be used: empty, too long, or holding control characters or invalid Unicode.
+
+    `what` names the id (`conversation_id`, `id`, `tool_call_id`, `tool_calls.id`); `index` is the
+    position of the message that carries it, when there is one.
+    """
+
+    def __init__(self, what: str, problem: str, *, value: str = "", index: int | None = None) -> None:
+        self.what = what
+        self.problem = problem
+        self.index = index
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        where = f" (message {index})" if index is not None else ""
+        super().__init__(f"{what} {shown!r}{where} {problem}")
 
 
 class MalformedHistoryError(ContextKeepError, ValueError):
@@ -105,7 +123,7 @@ class WorkspaceError(ContextKeepError):
 
 
 class UnsafePathError(WorkspaceError, ValueError):
-    """An id or reference would escape the workspace root."""
+    """An id or reference would escape the workspace root, or a reference its conversation's folder."""
 
 
 class StoreError(ContextKeepError):
@@ -153,12 +171,15 @@ class ContextOverflowError(ModelError):
         requested: int | None = None,
         provider: str | None = None,
         status_code: int | None = None,
+        requested_output: int | None = None,
     ) -> None:
         self.phase = phase
         self.limit = limit
         self.requested = requested
         self.provider = provider
         self.status_code = status_code
+        self.requested_output = requested_output
+        """The reply size the request reserved (its `max_tokens`), when the provider states it."""
         super().__init__(message)
 
     @property

@@ -4,27 +4,23 @@ Every count, decision, compaction, failure and recovery is an event. Each event
 is a frozen dataclass with a `type` string from the catalogue below and a
 `to_dict()` for JSON (server-sent events, logs, metrics).
 
-Listeners may be plain functions or coroutine functions. `emit` (sync) calls
-plain listeners at once and schedules coroutine listeners on the running loop;
-`aemit` awaits them. A listener that raises is logged and never breaks the engine.
+The bus that delivers them is in `_event_bus` (re-exported here).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import inspect
-import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from contextkeep._budget import Budget, ContextState
+from contextkeep._event_bus import EventBus, Listener
 from contextkeep._event_names import agents_flex_fields
 from contextkeep._tokens.counter import CountSource
 
 __all__ = [
+    "CapacityCorrected",
     "CompressionCompleted",
     "CompressionFailed",
     "CompressionRequired",
@@ -39,12 +35,11 @@ __all__ = [
     "RecoveryFailed",
     "RecoveryStarted",
     "RecoverySucceeded",
+    "ReserveClamped",
     "StoreConflict",
     "StoreSaveFailed",
     "ToolResultTruncated",
 ]
-
-logger = logging.getLogger("contextkeep.events")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +201,11 @@ class CompressionCompleted(_CompressionEvent):
     """Time the layers took to decide and rebuild the view (counting included), without waiting
     for the summariser or for I/O."""
     summary_ms: float = 0.0
-    """Time spent waiting for the summariser."""
+    """Time the summariser took: `summary_wait_ms + summary_cpu_ms`."""
+    summary_wait_ms: float = 0.0
+    """The part of `summary_ms` spent waiting: for the summarising model (or for the CPU)."""
+    summary_cpu_ms: float = 0.0
+    """The summariser's own CPU time (building the prompt, chunking, parsing, fitting the summary)."""
     offload_ms: float = 0.0
     """Time spent writing what left the view to the workspace (durably, before the state is saved)."""
     into_current_turn: bool = False
@@ -313,6 +312,49 @@ class RecoveryFailed(_RecoveryEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CapacityCorrected(Event):
+    """A provider's overflow error stated a smaller window: the conversation budgets for it from now on."""
+
+    type: ClassVar[str] = "context.capacity.corrected"
+    model_key: str = ""
+    """The model the window is for."""
+    context_window: int = 0
+    """The window the provider stated."""
+    previous_window: int | None = None
+    """The window budgeted for until then (`None`: unknown)."""
+    previous_source: str = "unknown"
+    """Where that figure came from (explicit, upstream, endpoint, registry, config)."""
+    capacity_source: str = "provider_error"
+    """The new figure's source."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReserveClamped(Event):
+    """The reservation left the prompt no room in the window: a smaller one is budgeted instead."""
+
+    type: ClassVar[str] = "context.reserve.clamped"
+    model_key: str = ""
+    """The model the view is for."""
+    context_window: int = 0
+    """The window budgeted for."""
+    requested: int = 0
+    """The reservation asked for, at least the window: the request's `max_tokens`, or a configured
+    one above a window learned since (a provider's overflow error)."""
+    reserved_output: int = 0
+    """What is reserved instead (the configured reservation, else a quarter of the window)."""
+
+    @classmethod
+    def of(cls, budget: Budget, model_key: str) -> ReserveClamped:
+        """The event for a budget whose reservation was lowered."""
+        return cls(
+            model_key=model_key,
+            context_window=budget.context_window or 0,
+            requested=budget.clamped_from or 0,
+            reserved_output=budget.reserved_output,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StoreConflict(Event):
     """A compare-and-set write lost to another instance; the engine reloaded and retried."""
 
@@ -332,58 +374,3 @@ class StoreSaveFailed(Event):
     """What was being written: transcript, compaction or usage."""
     error: str = ""
     """The store's error message."""
-
-
-Listener = Callable[[Event], None] | Callable[[Event], Awaitable[None]]
-
-
-class EventBus:
-    """Delivers events to sync and async listeners, optionally filtered by type."""
-
-    def __init__(self) -> None:
-        self._listeners: list[tuple[Listener, frozenset[str] | None]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def subscribe(self, listener: Listener, *types: str) -> Callable[[], None]:
-        """Register `listener` (for `types`, or all); returns a function that unsubscribes it."""
-        entry = (listener, frozenset(types) or None)
-        self._listeners.append(entry)
-        return lambda: self._listeners.remove(entry) if entry in self._listeners else None
-
-    def emit(self, event: Event) -> None:
-        """Deliver now; coroutine listeners are scheduled on the running loop, if any."""
-        for listener in self._targets(event):
-            result = _call(listener, event)
-            if inspect.isawaitable(result):
-                try:
-                    task = asyncio.get_running_loop().create_task(_guard(result, listener))
-                except RuntimeError:  # no loop: run it to completion here
-                    asyncio.run(_guard(result, listener))
-                    continue
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-
-    async def aemit(self, event: Event) -> None:
-        """Deliver and await every coroutine listener."""
-        for listener in self._targets(event):
-            result = _call(listener, event)
-            if inspect.isawaitable(result):
-                await _guard(result, listener)
-
-    def _targets(self, event: Event) -> list[Listener]:
-        return [fn for fn, types in list(self._listeners) if types is None or event.type in types]
-
-
-def _call(listener: Listener, event: Event) -> Any:
-    try:
-        return listener(event)
-    except Exception:
-        logger.exception("event listener %r failed on %s", listener, event.type)
-        return None
-
-
-async def _guard(result: Awaitable[Any], listener: Listener) -> None:
-    try:
-        await result
-    except Exception:
-        logger.exception("async event listener %r failed", listener)

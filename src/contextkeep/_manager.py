@@ -172,7 +172,8 @@ class ContextManager:
             await session.flush()
 
     async def close(self) -> None:
-        """Release the store's connections."""
+        """Write what the sessions' background writer still owes, then release the store's connections."""
+        await self.workspace.flush_pending()
         await self.store.close()
 
     @contextmanager

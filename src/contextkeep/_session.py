@@ -4,8 +4,9 @@ A :class:`Session` coordinates the parts it is given, in the order the data flow
 messages (the transcript log) → counts (the counter) → budget → layers (the compaction
 pass) → view → model (the call/recover cycle) → usage (the usage policy) → state (the
 persisted documents). Every change is written to the store with compare-and-set;
-offloads happen before the state that references them is saved, so a crash at any point
-leaves a state from which the next `prepare` builds a valid view.
+offloads are written before the state or view that references them is, so a crash at any point
+leaves a state from which the next `prepare` builds a valid view. Tool-result copies are written
+in the background after `add` returns; state saves, reads of them and `flush` wait for them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from contextkeep._baseline import UsageState, scope_key
-from contextkeep._budget import Budget, resolve_reserved_output
+from contextkeep._budget import Budget, reserve_for
 from contextkeep._capabilities import ModelSpec
 from contextkeep._cas import CompareAndSet
 from contextkeep._compacting import Compacting, PassRequest, pass_trigger
@@ -22,23 +23,25 @@ from contextkeep._compaction import CompressionReason, LayerName, Outcome
 from contextkeep._compaction.builder import ViewBuilder
 from contextkeep._compaction.state import CompactionState, ProgressStep
 from contextkeep._config import ContextConfig, UsageMode
-from contextkeep._continuation import first_divergence, fork_id, new_messages, with_stable_ids
+from contextkeep._continuation import StableIds, first_divergence, fork_id, new_messages
 from contextkeep._count_ahead import CountAhead
 from contextkeep._deps import SessionDeps
 from contextkeep._documents import Documents
 from contextkeep._emitter import Emitter
 from contextkeep._errors import ContextOverflowError, HistoryDivergedError
-from contextkeep._events import ContextStatus, HistoryRepaired
+from contextkeep._events import ContextStatus, HistoryRepaired, ReserveClamped
 from contextkeep._ingest import Ingest, as_messages, reply_message
 from contextkeep._messages import Message
 from contextkeep._offload.snapshot import ActionSnapshot
 from contextkeep._offload.workspace import Workspace
+from contextkeep._provider_window import ProviderWindow
 from contextkeep._recovery import ModelCalls
 from contextkeep._tokens import CalibratingCounter
 from contextkeep._transcript import Transcript
 from contextkeep._usage import Usage
 from contextkeep._usage_policy import UsagePolicy
-from contextkeep._view import View
+from contextkeep._validation import check_conversation_id, checked
+from contextkeep._view import View, ViewConversions
 from contextkeep.models.adapter import ModelAdapter, ModelReply
 from contextkeep.models.overflow import classify_exception
 
@@ -77,6 +80,9 @@ class Session:
         """The usage of the last recorded reply."""
         self._deps = deps
         self._synced = _Synced()
+        self._conversions = ViewConversions()  # every view of the session converts incrementally
+        self._stable_ids = StableIds()  # so does the history `sync` is handed
+        check_conversation_id(conversation_id)  # it names the workspace folder: bounded, no control chars
         self._bind(conversation_id)
 
     def _bind(self, conversation_id: str) -> None:
@@ -86,10 +92,13 @@ class Session:
         """The conversation's id in the store and the workspace."""
         self.counter = deps.new_counter()
         """This session's token counter."""
+        # A protocol isinstance costs ~0.1 ms: decided once, not on every recorded reply.
+        self._calibrating = self.counter if isinstance(self.counter, CalibratingCounter) else None
         self._events = Emitter(deps.events, conversation_id)
         cas = CompareAndSet(deps.store, conversation_id, self.load, self._events)
         self._log = Transcript(deps.store, conversation_id, cas)
         self._docs = Documents(deps.store, conversation_id, self.scope, cas)
+        self._window = ProviderWindow(deps.store, conversation_id, deps.model.key, cas, self._events)
         self._builder = ViewBuilder(self.config, self.counter, deps.hooks, deps.model.context_window)
         if LayerName.MASK in self.config.layers:  # masking will swap previews in: count them ahead
             self.counter.stand_in = self._builder.masked_shadow
@@ -112,6 +121,7 @@ class Session:
             cas=cas,
             events=self._events,
             load=self._load,
+            flush=self._ingest.flush,
         )
         self._calls = ModelCalls(self.config, conversation_id, self._events)
         self._ahead = CountAhead(
@@ -159,8 +169,11 @@ class Session:
 
     async def _load(self, config: ContextConfig) -> None:
         """`load`, with the hooks resolved for views built under `config`."""
+        known = len(self._log)
         await self._log.catch_up()
+        self._ingest.loaded(self._log.messages[known:])
         await self._docs.catch_up()
+        await self._window.load()
         await self._builder.resolve_system(self._log.messages, self._log.rounds, self.state, config=config)
 
     # Adding.
@@ -170,11 +183,14 @@ class Session:
         """Validate and append messages (OpenAI dicts or `Message`s); returns them as stored.
 
         A malformed history raises `MalformedHistoryError` (nothing is stored), unless
-        the configured repair policy fixes it; each repair is reported as an event.
+        the configured repair policy fixes it; each repair is reported as an event. Input that
+        cannot be stored (see `contextkeep._validation`) raises `InvalidIdError` or
+        `MessageFormatError` naming it, and nothing of the batch is stored either.
         """
         appended = await self._log.append(
-            as_messages(messages), self.config.repair_policy, self._ingest.message
+            checked(as_messages(messages)), self.config.repair_policy, self._ingest.message
         )
+        self._ingest.stored(appended.messages)
         for r in appended.repairs:
             self._events.emit(HistoryRepaired(kind=r.kind, message_id=r.message_id, action=r.action))
         if self._prepared is not None:
@@ -197,7 +213,7 @@ class Session:
         own (`conversation_id` then names it). `tools` and `instructions` that travel beside
         the messages are counted in every budget until the next `sync`.
         """
-        incoming = as_messages(with_stable_ids(history))
+        incoming = as_messages(self._stable_ids(history))
         await self.load()
         new = new_messages(self._log.messages, incoming)
         if new is None:
@@ -218,12 +234,13 @@ class Session:
 
     def _budget(self, max_tokens: int | None, config: ContextConfig) -> Budget:
         deps = self._deps
-        reserved, _ = resolve_reserved_output(
-            config.reserved_tokens, max_tokens, deps.default_max_tokens, deps.model.max_output_tokens
+        capacity = self._window.apply(deps.capacity(config))
+        model_max = deps.model.max_output_tokens
+        reserved, clamped_from = reserve_for(
+            capacity.window, config.reserved_tokens, max_tokens, deps.default_max_tokens, model_max
         )
-        capacity = deps.capacity(config)
         outside = self._synced.outside
-        return Budget(capacity.window, reserved, config.thresholds(), capacity.source, outside)
+        return Budget(capacity.window, reserved, config.thresholds(), capacity.source, outside, clamped_from)
 
     async def prepare(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
         """The view for the next model call, compacted first if a deferred flag or the budget says so.
@@ -236,6 +253,8 @@ class Session:
         tools = self._synced.tools if tools is None else tools
         self._prepared = _Prepared(tools, max_tokens)
         config, budget = self.config, self.budget(max_tokens)
+        if budget.clamped_from is not None:
+            self._events.emit(ReserveClamped.of(budget, self._deps.model.key))
         first = self._passes.measure(tools, config)
         # DB-GPT: a status after every count, then one after every layer that runs.
         status = self._shown_status(first.tokens, budget)
@@ -244,13 +263,15 @@ class Session:
         if layers:
             status = self._shown_status(tokens, budget)
         self._ahead.after_prepare()
-        return View(view, tokens, status, layers)
+        return View(view, tokens, status, layers, self._conversions)
 
     async def current_view(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
         """The view as it stands (after catching up with the store): no compaction, no events."""
         await self.load()
+        await self._ingest.flush()
         measured = self._passes.measure(tools, self.config)
-        return View(measured.view, measured.tokens, self._status(measured.tokens, self.budget(max_tokens)))
+        status = self._status(measured.tokens, self.budget(max_tokens))
+        return View(measured.view, measured.tokens, status, conversions=self._conversions)
 
     async def compress(
         self, *, tools: Tools = None, max_tokens: int | None = None, **override: Any
@@ -260,6 +281,7 @@ class Session:
         The overrides apply to this pass only; the session's `config` stays as it is.
         """
         config = self.config.merged(**override) if override else self.config
+        await self._ingest.flush()
         budget = self._budget(max_tokens, config)
         measured = self._passes.measure(tools, config)
         start, target = pass_trigger(budget, config), budget.tokens_at(config.target_ratio)
@@ -282,6 +304,7 @@ class Session:
 
     async def update_state(self, change: Callable[[CompactionState], CompactionState]) -> CompactionState:
         """Apply `change` to the current state with compare-and-set; on conflict reload and apply it again."""
+        await self._ingest.flush()
         return await self._docs.update_compaction(change)
 
     async def reset_breaker(self) -> CompactionState:
@@ -308,9 +331,9 @@ class Session:
 
     def _calibrate(self, usage: Usage) -> None:
         """Give a calibrating counter the provider's count of the prompt last prepared."""
-        if isinstance(self.counter, CalibratingCounter) and usage.input_tokens and self._prepared is not None:
+        if self._calibrating is not None and usage.input_tokens and self._prepared is not None:
             view = self._builder.build(self._log.messages, self._log.rounds, self.state)
-            self.counter.observe(view, self._prepared.tools, usage.input_tokens)
+            self._calibrating.observe(view, self._prepared.tools, usage.input_tokens)
 
     async def _observe(self, usage: Usage) -> None:
         """The usage policy on a reply: the new baseline, then a deferred compaction if it is due."""
@@ -360,12 +383,22 @@ class Session:
         if overflow is None or not overflow.recoverable:
             raise error
         budget = self.budget(max_tokens)
+        if await self._window.learn(overflow, budget):
+            budget = self.budget(max_tokens)
         outcome = await self._passes.recover(overflow, budget, tools, self.config)
         if outcome is None:
             raise error
         status = self._status(outcome.tokens, budget)
         self._events.emit(status)
-        return View(outcome.view, outcome.tokens, status, outcome.layers)
+        return View(outcome.view, outcome.tokens, status, outcome.layers, self._conversions)
+
+    async def flush(self) -> None:
+        """Wait until the tool-result copies `add` queued are written (`ContextManager.session` does on exit).
+
+        State saves and reads through this workspace wait for them by themselves; call it
+        before reading a reference some other way (another process, the file itself) right after `add`.
+        """
+        await self._ingest.flush()
 
     # Snapshots and progress.
     async def snapshot(

@@ -102,7 +102,7 @@ class GatedWorkspace(LocalWorkspace):
         super()._replace(path, data)
 
 
-async def test_add_returns_before_the_copy_is_written_and_the_view_waits_for_it(tmp_path: Path) -> None:
+async def test_add_returns_before_the_copy_is_written_and_a_read_waits_for_it(tmp_path: Path) -> None:
     workspace = GatedWorkspace(tmp_path / "ws")
     cm = ContextManager(ModelSpec("m", 100_000), config=ContextConfig(reserved_tokens=0), workspace=workspace)
     text = "line of output\n" * 40
@@ -113,14 +113,36 @@ async def test_add_returns_before_the_copy_is_written_and_the_view_waits_for_it(
             assert ref == "sessions/c/tool_result-call_0.txt"
             await asyncio.to_thread(workspace.started.wait, 60)  # the write is under way, held
             assert not Path(workspace.locate(ref)).exists()
-            preparing = asyncio.create_task(s.prepare())
+            view = await asyncio.wait_for(s.prepare(), 60)  # the view does not wait for the write
+            assert not Path(workspace.locate(ref)).exists()
+            assert await assert_references_readable(workspace, view.neutral) == 0  # shown whole
+            reading = asyncio.create_task(workspace.read(ref))
             for _ in range(20):
                 await asyncio.sleep(0)
-            assert not preparing.done()  # no view names the file before it is written
+            assert not reading.done()  # a read of the file waits until it is written
             workspace.gate.set()
-            view = await preparing
+            assert await reading == text
             assert Path(workspace.locate(ref)).read_text() == text
-            assert await assert_references_readable(workspace, view.neutral) == 0  # shown whole
+    finally:
+        workspace.gate.set()
+
+
+async def test_closing_the_manager_writes_what_the_background_writer_owes(tmp_path: Path) -> None:
+    """A caller that closes the manager may delete or copy the workspace right after."""
+    workspace = GatedWorkspace(tmp_path / "ws")
+    cm = ContextManager(ModelSpec("m", 100_000), config=ContextConfig(reserved_tokens=0), workspace=workspace)
+    text = "line of output\n" * 40
+    try:
+        s = cm.new_session("c")
+        stored = await asyncio.wait_for(s.add([SYSTEM, TASK, call("call_0"), result("call_0", text)]), 60)
+        await asyncio.to_thread(workspace.started.wait, 60)
+        closing = asyncio.create_task(cm.close())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not closing.done()
+        workspace.gate.set()
+        await closing
+        assert Path(workspace.locate(stored[-1].metadata["ck_ref"])).read_text() == text
     finally:
         workspace.gate.set()
 

@@ -10,7 +10,9 @@ The transcript holds each result's full text, so the copy is never the only one:
 before the write loses nothing. An instance that loads messages from the store (another
 instance's, or its own from before a restart) queues them as checked copies, written only when
 missing or different. Whatever is about to show or save a reference waits for the pending
-batch first (`flush`): before a view is returned, before a state is saved, and at close.
+batch first (`flush`): before a state is saved, before a workspace read of a file still
+owed, and at close. A view may name a copy not yet written: the model answers long after the
+write lands, and a read of it waits for the write.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class PendingCopies:
         with self._lock:
             before = len(self._queued)
             self._queued.extend(copies)
+            for copy in self._queued[before:]:
+                self.workspace._pending[copy.reference] = self
             if len(self._queued) > before and self._running is None:
                 self._running = _WRITER.submit(self._drain)
 
@@ -104,6 +108,11 @@ class PendingCopies:
                     return
             try:
                 self._write(batch)
+                with self._lock:
+                    owed = {c.reference for c in self._queued}
+                    for reference in {c.reference for c in batch} - owed:
+                        if self.workspace._pending.get(reference) is self:
+                            del self.workspace._pending[reference]
             except Exception as exc:  # kept for `flush` to report; the copies stay queued
                 _log.warning("offloaded tool results not written yet (%d queued): %s", len(batch), exc)
                 with self._lock:

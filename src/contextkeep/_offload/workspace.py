@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from contextkeep._errors import WorkspaceError
 from contextkeep._messages import Message, message_json
@@ -45,6 +45,13 @@ __all__ = ["LocalWorkspace", "Workspace"]
 
 logger = logging.getLogger("contextkeep.workspace")
 _STEP = re.compile(r"^step_(\d+)_")
+
+
+class PendingWrites(Protocol):
+    """Copies queued for files of this workspace and not written yet (see `_offload/_background`)."""
+
+    async def flush(self) -> None:
+        """Wait until they are written."""
 
 
 class Workspace(ABC):
@@ -58,6 +65,8 @@ class Workspace(ABC):
         self._known_ids: dict[str, set[str]] = {}
         self._next_step: dict[str, int] = {}
         self._lock = asyncio.Lock()
+        self._pending: dict[str, PendingWrites] = {}
+        """Files a background writer still owes, by path: a read of one waits for it."""
 
     # Primitives (blocking; run in a worker thread).
     @abstractmethod
@@ -165,6 +174,11 @@ class Workspace(ABC):
         """`reference` normalised, if it is the session's (or a shared data file); else `UnsafePathError`."""
         return confine(reference, self.session_dir(session_id))
 
+    async def flush_pending(self) -> None:
+        """Wait for every copy a background writer still owes this workspace (`ContextManager.close`)."""
+        for pending in list(dict.fromkeys(self._pending.values())):
+            await pending.flush()
+
     async def read(self, reference: str, *, offset: int = 0, limit: int | None = None) -> str:
         """Text behind a reference, from character `offset`, at most `limit` characters.
 
@@ -172,6 +186,9 @@ class Workspace(ABC):
         only those of the reference's `#first..last` span when it names one.
         """
         path, span = split_reference(confine(reference))
+        pending = self._pending.get(path)
+        if pending is not None:  # a view may name a copy before it is written: the read waits for it
+            await pending.flush()
         raw = await asyncio.to_thread(self._read, path)
         if raw is None:
             raise WorkspaceError(f"nothing stored at {reference!r}")

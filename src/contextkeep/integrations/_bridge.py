@@ -13,31 +13,20 @@ a list is the very objects of the last one, so a call converts and maps only wha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from itertools import compress, count, islice
-from operator import is_not
+from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
-from contextkeep._continuation import fingerprint, with_stable_ids
+from contextkeep._continuation import common_prefix, fingerprint, with_stable_ids
 from contextkeep._ingest import as_messages
 from contextkeep._messages import Message
 from contextkeep._session import Session, Tools
 from contextkeep._usage import Usage
 from contextkeep._view import View
 
-__all__ = ["Origins", "common_prefix"]
+__all__ = ["Origins", "common_prefix"]  # common_prefix re-exported for the framework modules
 
 T = TypeVar("T")
-
-
-def common_prefix(
-    old: Sequence[object], new: Sequence[object], differ: Callable[[Any, Any], bool] = is_not
-) -> int:
-    """How many leading items of `new` are the very objects at the same places in `old`.
-
-    `differ` tells two items apart (`operator.ne` compares values instead).
-    """
-    return next(compress(count(), map(differ, old, new)), min(len(old), len(new)))
 
 
 class Origins(Generic[T]):
