@@ -5,14 +5,18 @@ Conversations, status, usage scopes, current view, records, transcript, referenc
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import PlainTextResponse
 
 from contextkeep._baseline import USAGE_DOCUMENT, UsageState
+from contextkeep._documents import COMPACTION_DOCUMENT
 from contextkeep._errors import UnsafePathError, WorkspaceError
 from contextkeep._messages import message_to_dict
+from contextkeep.server._history import history as replay_history
+from contextkeep.server._history import last_activity
 from contextkeep.server.context import ServerContext, context, known_conversation
 from contextkeep.server.views import current_view, describe_view, usage_report
 
@@ -38,11 +42,31 @@ async def health(ck: Ctx) -> JSON:
     }
 
 
+def _proxied(ck: ServerContext, conversation_id: str) -> Sequence[Mapping[str, Any]]:
+    """The calls this server proxied lately for the conversation (raw, oldest first)."""
+    return ck.proxy.kept.get(conversation_id, ()) if ck.proxy is not None else ()
+
+
 @router.get("/conversations", summary="Every conversation in the store")
-async def conversations(ck: Ctx) -> list[JSON]:
-    """Conversation ids with their transcript lengths."""
+async def conversations(ck: Ctx, order: Literal["store", "recent"] = "store") -> list[JSON]:
+    """Conversation ids with their transcript lengths, in the store's order or most recently active first.
+
+    With `order=recent` each carries `active_at`: the Unix time of its newest compaction
+    record or proxied call (0 when it has neither), and `live` (this server serves it);
+    live conversations come first, then by `active_at`, newest first.
+    """
     store = ck.manager.store
-    return [{"id": c, "messages": await store.count_messages(c)} for c in await store.list_conversations()]
+    listed: list[JSON] = []
+    for c in await store.list_conversations():
+        entry: JSON = {"id": c, "messages": await store.count_messages(c)}
+        if order == "recent":
+            state = await store.load_document(c, COMPACTION_DOCUMENT)
+            entry["active_at"] = last_activity(state.data.get("records", ()), _proxied(ck, c))
+            entry["live"] = ck.proxy is not None and ck.proxy.is_live(c)
+        listed.append(entry)
+    if order == "store":
+        return listed
+    return sorted(listed, key=lambda e: (e["live"], e["active_at"]), reverse=True)
 
 
 @router.get("/conversations/{conversation_id}/status", summary="Latest context status and usage")
@@ -94,6 +118,20 @@ async def calls(ck: Ctx, conversation_id: Conversation) -> list[JSON]:
     if ck.proxy is None:
         return []
     return list(ck.proxy.calls.get(conversation_id, ()))
+
+
+@router.get("/conversations/{conversation_id}/history", summary="The conversation's past, for a replay")
+async def history(ck: Ctx, conversation_id: Conversation) -> JSON:
+    """What the dashboard replays on load, from the store and this server's recent calls.
+
+    `window` and `capacity_source` (explicit, endpoint, upstream, provider_error, registry,
+    config, unknown), the `budget` (window − reserved output), `trigger` and `target` lines in
+    tokens; `calls`: the view tokens of each proxied call kept (newest last); `view_tokens`:
+    the next call's; `saved`: tokens saved per layer (L0 = truncations in the current view);
+    `events`: the events a watcher from the start would have seen (`replayed: true`).
+    """
+    async with ck.reader.open(conversation_id) as session:
+        return await replay_history(session, await current_view(session), _proxied(ck, conversation_id))
 
 
 @router.get("/conversations/{conversation_id}/compactions", summary="Compaction records and state")

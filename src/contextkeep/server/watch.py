@@ -32,7 +32,7 @@ from contextkeep.server.hub import EventHub
 from contextkeep.server.reader import Reader
 from contextkeep.server.views import current_view
 
-__all__ = ["StoreWatcher"]
+__all__ = ["StoreWatcher", "replayed_events"]
 
 logger = logging.getLogger("contextkeep.server")
 
@@ -165,6 +165,11 @@ class StoreWatcher:
             bool(state.data.get("compression_required", False)),
             usage.version,
         )
+
+
+async def replayed_events(session: Session) -> list[Event]:
+    """What a watcher that saw the conversation from its start would have published, for a replay."""
+    return await _events(session, _Seen(), _seen(session))
 
 
 async def _events(session: Session, before: _Seen, now: _Seen) -> list[Event]:

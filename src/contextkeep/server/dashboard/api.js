@@ -8,7 +8,8 @@ export async function getJSON(path) {
   return response.json();
 }
 
-export const conversations = () => getJSON("/api/conversations");
+export const conversations = () => getJSON("/api/conversations?order=recent");
+export const history = (id) => getJSON(`/api/conversations/${enc(id)}/history`);
 export const status = (id) => getJSON(`/api/conversations/${enc(id)}/status`);
 export const usage = (id) => getJSON(`/api/conversations/${enc(id)}/usage`);
 export const compactions = (id) => getJSON(`/api/conversations/${enc(id)}/compactions`);
