@@ -102,7 +102,7 @@ def run_loop(server: BackgroundServer, conversation: str, *, stream: bool) -> di
 
 def assert_thinking_sent_back_exactly(upstream: FakeLLMServer, seen: dict[str, tuple[str, str]]) -> None:
     checked = 0
-    calls = [r.body for r in upstream.requests if r.path == "/v1/messages"]
+    calls = [r.body for r in upstream.requests if r.path == "/v1/messages" and r.body.get("messages")]
     assert len(calls) == CALLS  # one upstream call per client call: no overflow refused and retried
     for body in calls[1:]:
         last = [m for m in body["messages"] if m["role"] == "assistant"][-1]

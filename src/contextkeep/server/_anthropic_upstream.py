@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from contextkeep._errors import ContextOverflowError
 from contextkeep._formats.anthropic import from_anthropic, to_anthropic
@@ -24,9 +24,62 @@ from contextkeep.models._common import reject_truncated
 from contextkeep.models.adapter import ModelReply
 from contextkeep.server.upstream import STARTED, TruncatedStreamError, UpstreamAdapter
 
-__all__ = ["AnthropicUpstream", "StreamedMessage"]
+__all__ = ["AnthropicUpstream", "StablePrefix", "StreamedMessage"]
 
 _DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking"}
+_BREAKPOINTS: Final = 4
+"""The `cache_control` markers the Messages API allows in one request."""
+_UNMARKABLE: Final = frozenset({"thinking", "redacted_thinking"})
+_EPHEMERAL: Final = {"type": "ephemeral"}
+
+
+class StablePrefix:
+    """What one conversation last sent upstream, to mark where the unchanged part of its view ends.
+
+    The view is compared message by message with the previous call's; the last message they
+    share gets a `cache_control` breakpoint, so the upstream caches the prefix that the next
+    call will send again (the compacted view changes only where compaction acted).
+    """
+
+    def __init__(self) -> None:
+        self._sent: list[str] = []
+
+    def mark(self, messages: list[dict[str, Any]], taken: int) -> list[dict[str, Any]]:
+        """`messages` with a breakpoint on the stable prefix's last one, unless `taken` leaves none."""
+        encoded = [json.dumps(m, sort_keys=True) for m in messages]
+        same = next((i for i, (a, b) in enumerate(zip(self._sent, encoded, strict=False)) if a != b), None)
+        if same is None:
+            same = min(len(self._sent), len(encoded))
+        self._sent = encoded
+        if same == 0 or taken >= _BREAKPOINTS:
+            return messages
+        out = list(messages)
+        out[same - 1] = _with_breakpoint(out[same - 1])
+        return out
+
+
+def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    if isinstance(content, str):
+        if not content:
+            return message
+        return {**message, "content": [{"type": "text", "text": content, "cache_control": _EPHEMERAL}]}
+    for i in range(len(content) - 1, -1, -1):
+        block = content[i]
+        if block.get("type") in _UNMARKABLE or (block.get("type") == "text" and not block.get("text")):
+            continue
+        marked = [*content[:i], {**block, "cache_control": _EPHEMERAL}, *content[i + 1 :]]
+        return {**message, "content": marked}
+    return message
+
+
+def _breakpoints(value: Any) -> int:
+    """The `cache_control` markers in a request part (the client's own)."""
+    if isinstance(value, dict):
+        return int("cache_control" in value) + sum(_breakpoints(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_breakpoints(v) for v in value)
+    return 0
 
 
 class StreamedMessage:
@@ -86,6 +139,11 @@ def parsed_reply(data: Mapping[str, Any]) -> ModelReply:
 class AnthropicUpstream(UpstreamAdapter):
     """Sends views to an Anthropic Messages upstream for one proxied request."""
 
+    prefix: StablePrefix | None = None
+    """The conversation's previous view, for the `cache_control` breakpoint (None: none placed)."""
+    system_blocks: list[dict[str, Any]] | None = None
+    """The client's `system` blocks, sent as they are (their breakpoints kept) while the view's matches."""
+
     async def complete(
         self,
         messages: Sequence[Message],
@@ -99,10 +157,13 @@ class AnthropicUpstream(UpstreamAdapter):
         system, api_messages = to_anthropic(messages)
         body: dict[str, Any] = {k: v for k, v in options.items() if k not in ("stream", "stream_options")}
         if system is not None:
-            body["system"] = system
-        body["messages"] = api_messages
+            body["system"] = self._system(system)
         if tools:
             body["tools"] = list(tools)
+        taken = (
+            _breakpoints(body.get("system")) + _breakpoints(body.get("tools")) + _breakpoints(api_messages)
+        )
+        body["messages"] = api_messages if self.prefix is None else self.prefix.mark(api_messages, taken)
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if self.on_call is not None:
@@ -119,6 +180,12 @@ class AnthropicUpstream(UpstreamAdapter):
             raise TruncatedStreamError(
                 f"the reply already streamed was not recorded: {truncated}"
             ) from truncated
+
+    def _system(self, system: str) -> str | list[dict[str, Any]]:
+        blocks = self.system_blocks
+        if blocks is not None and system == "\n\n".join(str(b.get("text", "")) for b in blocks):
+            return blocks
+        return system
 
     async def _one(self, body: Mapping[str, Any]) -> ModelReply:
         headers = {**self.headers, "content-type": "application/json"}

@@ -1,4 +1,4 @@
-"""Anthropic Messages `POST /v1/messages`, managed like chat completions, for an Anthropic upstream.
+"""Anthropic Messages `POST /v1/messages`, managed like chat completions, for either kind of upstream.
 
 The request's `system` and `messages` are the agent's whole history. They are read with
 `from_anthropic` (a thinking block keeps its text and signature; tool_use and tool_result
@@ -7,7 +7,10 @@ blocks become calls and results) and go through the proxy's own path
 and `Proxy._streamed`: prepare, call, record, compact-and-retry), with
 :class:`~contextkeep.server._anthropic_upstream.AnthropicUpstream` as the model. The view
 reaches the upstream's `/messages` as Messages API content, the reply comes back to the
-client as the upstream sent it (streamed: event by event), and it is recorded.
+client as the upstream sent it (streamed: event by event), and it is recorded. There the
+configured key goes as `x-api-key`, and a `cache_control` breakpoint marks the end of the
+view's stable prefix (`StablePrefix`). An upstream without the Messages API gets the view as
+chat completions, answered in the Messages format (`server._messages_chat`).
 
 A request without `X-Conversation-Id` gets an id derived from its `system` and first user
 message (see `server._derived_id`); one with no user message is passed through unmanaged.
@@ -18,6 +21,7 @@ errors as the upstream sent them.
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -27,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from contextkeep._errors import ContextKeepError
 from contextkeep._formats.anthropic import from_anthropic
 from contextkeep._formats.openai import to_openai
-from contextkeep.server._anthropic_upstream import AnthropicUpstream
+from contextkeep._session import Session
+from contextkeep.server._anthropic_upstream import AnthropicUpstream, StablePrefix
+from contextkeep.server._messages_chat import ChatForMessages, anthropic_error_event, speaks_messages
 from contextkeep.server._passthrough import forwarded_headers, unchanged
 from contextkeep.server.proxy import (
     _CONVERSATION_HEADER,
@@ -39,6 +45,9 @@ from contextkeep.server.proxy import (
 )
 
 __all__ = ["MessagesRequest", "router"]
+
+_PREFIXES: weakref.WeakKeyDictionary[Session, StablePrefix] = weakref.WeakKeyDictionary()
+"""Each live conversation's previous view, for its `cache_control` breakpoint."""
 
 
 class MessagesRequest(BaseModel):
@@ -62,11 +71,16 @@ def anthropic_error(status: int, message: str) -> JSONResponse:
 
 
 def _in_messages_shape(response: Response) -> Response:
-    """`response`, a proxy error in OpenAI's shape restated in the Messages API's."""
-    if response.status_code < 400 or not isinstance(response, JSONResponse):
+    """`response`, an error in OpenAI's shape (the proxy's, a chat upstream's) in the Messages API's."""
+    if response.status_code < 400 or not (response.media_type or "").startswith("application/json"):
         return response
-    body = json.loads(bytes(response.body))
-    error = body.get("error") if isinstance(body, dict) else None
+    try:
+        body = json.loads(bytes(response.body))
+    except ValueError:
+        return response
+    if not isinstance(body, dict):
+        return response
+    error = body.get("error")
     if body.get("type") == "error" or not isinstance(error, dict):
         return response
     return anthropic_error(response.status_code, str(error.get("message")))
@@ -87,11 +101,12 @@ async def handle(proxy: Proxy, request: Request) -> Response:
     if not conversation:
         return await unchanged(request, "messages")
     try:
-        chat = _as_chat(MessagesRequest.model_validate_json(await request.body()))
+        asked = MessagesRequest.model_validate_json(await request.body())
+        chat = _as_chat(asked)
     except (ValidationError, ContextKeepError) as exc:
         return anthropic_error(400, f"invalid request: {exc}")
-    headers = forwarded_headers(proxy, request)
     await proxy.use_upstream_window(proxy._headers(request))
+    anthropic = await speaks_messages(proxy, _anthropic_headers(proxy, request))
     memory, key = proxy.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
     fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
     lock = proxy.kept.lock(conversation)
@@ -107,26 +122,57 @@ async def handle(proxy: Proxy, request: Request) -> Response:
         lock.release()
         return _in_messages_shape(served)
     session, before = served
-    adapter = AnthropicUpstream(
-        proxy.client,
-        proxy.manager.model,
-        headers,
-        on_call=lambda view, tokens: proxy._remember(session, view, tokens),
+    on_call = lambda view, tokens: proxy._remember(session, view, tokens)  # noqa: E731
+    adapter: AnthropicUpstream | ChatForMessages = (
+        AnthropicUpstream(
+            proxy.client,
+            proxy.manager.model,
+            _anthropic_headers(proxy, request),
+            on_call=on_call,
+            prefix=_PREFIXES.setdefault(session, StablePrefix()),
+            system_blocks=asked.system if isinstance(asked.system, list) else None,
+        )
+        if anthropic
+        else ChatForMessages(
+            proxy.client,
+            proxy.manager.model,
+            _chat_headers(proxy, request),
+            on_call=on_call,
+            model=chat.model,
+        )
     )
     if chat.stream:
         memory.streaming()
-        return _in_messages_shape(await proxy._streamed(session, chat, adapter, lock))
+        streamed = proxy._streamed(session, chat, adapter, lock, done=b"", error_event=anthropic_error_event)
+        return _in_messages_shape(await streamed)
     try:
         await proxy._complete(session, chat, adapter)
         delivered = not await request.is_disconnected()
-        memory.replied(
-            session.conversation_id, before, fields, adapter.response or {}, delivered=delivered, key=key
-        )
+        reply = adapter.response if isinstance(adapter, AnthropicUpstream) else adapter.message
+        memory.replied(session.conversation_id, before, fields, reply or {}, delivered=delivered, key=key)
     except Exception as exc:
         return _in_messages_shape(_failure(exc, adapter))
     finally:
         lock.release()
-    return JSONResponse(adapter.response)
+    return JSONResponse(reply)
+
+
+def _anthropic_headers(proxy: Proxy, request: Request) -> dict[str, str]:
+    """The client's headers for an Anthropic upstream: the configured key as its `x-api-key`."""
+    headers = forwarded_headers(proxy, request)
+    if proxy._api_key:
+        headers.pop("authorization", None)
+        headers["x-api-key"] = proxy._api_key
+    return headers
+
+
+def _chat_headers(proxy: Proxy, request: Request) -> dict[str, str]:
+    """Headers for a chat upstream: as for chat completions, a client's `x-api-key` as its bearer token."""
+    headers = proxy._headers(request)
+    key = request.headers.get("x-api-key")
+    if "authorization" not in headers and key:
+        headers["authorization"] = f"Bearer {key}"
+    return headers
 
 
 router = APIRouter(tags=["proxy"])

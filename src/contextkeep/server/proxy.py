@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -268,8 +268,20 @@ class Proxy:
         await session.complete(adapter, tools=chat.tools, max_tokens=max_tokens, **options)
 
     async def _streamed(
-        self, session: Session, chat: ChatRequest, adapter: UpstreamAdapter, lock: asyncio.Lock
+        self,
+        session: Session,
+        chat: ChatRequest,
+        adapter: UpstreamAdapter,
+        lock: asyncio.Lock,
+        *,
+        done: bytes = b"data: [DONE]\n\n",
+        error_event: Callable[[Exception], bytes] | None = None,
     ) -> Response:
+        """Stream the reply; `done` follows a recorded one.
+
+        `error_event` tells any failure after the start; without it, an error of ours is told in
+        OpenAI's shape and other failures just end the stream.
+        """
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         adapter.sink = queue.put_nowait
 
@@ -293,12 +305,15 @@ class Proxy:
                 while (item := await queue.get()) is not None:
                     yield item
                 await task
-                yield b"data: [DONE]\n\n"  # after the reply is recorded: the next request sees it
+                if done:
+                    yield done  # after the reply is recorded: the next request sees it
             except ContextKeepError as exc:  # ours to tell the client (a truncated prompt): SDKs raise it
                 logger.warning("stream of %s failed after it started: %s", session.conversation_id, exc)
-                yield _error_event(exc)
-            except Exception:
+                yield (error_event or _error_event)(exc)
+            except Exception as exc:
                 logger.exception("stream of %s failed after it started", session.conversation_id)
+                if error_event is not None:
+                    yield error_event(exc)
             finally:
                 task.cancel()  # a client that left: the reply it never got is not recorded
 

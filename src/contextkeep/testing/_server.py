@@ -107,6 +107,8 @@ class FakeLLMServer:
     """Counts reply tokens (default: tiktoken ``o200k_base``); pass one to run fully offline."""
     delay_seconds: float
     """How long every model call waits before it is answered (a slow upstream; `stop()` cuts it short)."""
+    messages_api: bool
+    """Whether `/v1/messages` is served; False: a chat-only server, which answers it 404."""
 
     def __init__(
         self,
@@ -126,6 +128,7 @@ class FakeLLMServer:
         architecture: str = "llama",
         encoder: Encoder | None = None,
         delay_seconds: float = 0.0,
+        messages_api: bool = True,
     ) -> None:
         if context_window <= 0:
             raise ConfigError("context_window", "must be positive")
@@ -140,6 +143,7 @@ class FakeLLMServer:
         self.summary_marker, self.summary_responder = summary_marker, summary_responder
         self.summary_failure, self.timeout_seconds = summary_failure, timeout_seconds
         self.architecture, self.delay_seconds = architecture, delay_seconds
+        self.messages_api = messages_api
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._http: ThreadedServer | None = None
@@ -261,7 +265,7 @@ class FakeLLMServer:
         route = (method, path)
         if route == ("POST", "/v1/chat/completions"):
             return self._model_call(body, "openai")
-        if route == ("POST", "/v1/messages"):
+        if route == ("POST", "/v1/messages") and self.messages_api:
             return self._model_call(body, "anthropic")
         if route == ("GET", "/v1/models"):
             return HTTPResponse(200, model_list(self.model, self.context_window))
@@ -270,7 +274,8 @@ class FakeLLMServer:
             if asked not in (None, self.model):  # Ollama answers 404 for a model it does not have
                 return HTTPResponse(404, {"error": f"model '{asked}' not found"})
             return HTTPResponse(200, ollama_show(self.architecture, self.context_window))
-        provider: Provider = "anthropic" if "anthropic-version" in headers else "openai"
+        served = self.messages_api and "anthropic-version" in headers
+        provider: Provider = "anthropic" if served else "openai"
         return HTTPResponse(*invalid_request(provider, f"Unknown route {method} {path}", 404))
 
     def _model_call(self, body: Any, provider: Provider) -> HTTPResponse:
