@@ -45,7 +45,7 @@ STEPS: dict[str, list[tuple[str, str | None, str, str]]] = {
 
 ENGINE: list[tuple[str, str | None, str, str]] = [
     ("contextkeep._session", "Session", "sync", "Session.sync (engine)"),
-    ("contextkeep._session", None, "with_stable_ids", "in Session.sync: ids over the whole history"),
+    ("contextkeep._continuation", "StableIds", "__call__", "in Session.sync: stable call ids"),
     ("contextkeep._session", "Session", "prepare", "Session.prepare (engine)"),
     ("contextkeep._session", "Session", "record", "Session.record (engine)"),
 ]
