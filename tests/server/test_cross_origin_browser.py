@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
-from support import service_unavailable
+from support.browser import chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
-CHROMIUM = "/usr/bin/chromium"
 REBOUND = "rebind.test"  # an attacker's name, resolved (by Chromium's rules below) to this machine
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "spend the server's key"}]}
 
@@ -70,18 +69,9 @@ def elsewhere():
 
 
 @pytest.fixture
-def browser():
-    if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
-        service_unavailable("chromium", f"{CHROMIUM} not found (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:
-        service_unavailable("playwright", f"the Python package is missing ({exc})")
-    args = ["--headless", "--no-sandbox", "--disable-gpu", f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium") or CHROMIUM, args=args)
-        yield browser
-        browser.close()
+def browser() -> Iterator[Any]:
+    """Chromium resolving the rebinding name to loopback, as a DNS-rebinding attacker's page would."""
+    yield from chromium([f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"])
 
 
 def test_a_page_elsewhere_cannot_use_the_proxy_or_rebind_to_the_api(browser, elsewhere, tmp_path):

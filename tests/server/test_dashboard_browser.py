@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -27,21 +26,10 @@ from contextkeep.models.openai import OpenAIAdapter
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import service_unavailable
 
 # Chromium drives the dashboard while a workload paces through its states.
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 MODEL, WINDOW, RESERVED = "fake-model", 2_000, 200
 CONFIG = ContextConfig(min_keep_tokens=0, reserved_tokens=RESERVED)
 TOKENIZER = "tiktoken:o200k_base"  # what the fake model counts with
@@ -146,20 +134,6 @@ def passed_through(phases: list[str]) -> bool:
         if wanted and wanted[0](*phase.split("|")):
             wanted.pop(0)
     return not wanted
-
-
-@pytest.fixture
-def browser():
-    if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
-        service_unavailable("chromium", f"{CHROMIUM} not found (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:
-        service_unavailable("playwright", f"the Python package is missing ({exc})")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 def test_indicator_follows_a_live_workload(browser, tmp_path):

@@ -11,15 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import test_dashboard_browser
 
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from support.dashboard_data import MODEL, WINDOW, agent_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
-
-browser = test_dashboard_browser.browser  # the Chromium fixture, shared
 
 
 def painted_pixels(png: bytes) -> int:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import test_proxy_window as proxy
 
+import support.proxy_loop as proxy
 from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
