@@ -41,14 +41,17 @@ async def child_sessions(count: int) -> None:
     """RSS after `count` sessions on one tokenizer spec, each holding the first 40 messages, prepared."""
     (trajectory,) = load_trajectories(TRAJECTORY)
     spec = f"hf:{DEEPSEEK_TOKENIZER}"
-    async with contextlib.AsyncExitStack() as stack:
-        with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
-            manager = ContextManager(ModelSpec(trajectory.model, HUGE_WINDOW), workspace=tmp, tokenizer=spec)
+    with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
+        manager = ContextManager(ModelSpec(trajectory.model, HUGE_WINDOW), workspace=tmp, tokenizer=spec)
+        async with (
+            contextlib.AsyncExitStack() as stack
+        ):  # the sessions close (and flush) before the folder goes
             for n in range(count):
                 s = await stack.enter_async_context(manager.session(f"s{n}"))
                 await s.add(trajectory.messages[:40])
                 (await s.prepare(tools=trajectory.tools)).messages  # noqa: B018
             print(json.dumps({"rss_mib": rss_mib()}))
+        await manager.close()
 
 
 async def child_history(messages: int) -> None:
