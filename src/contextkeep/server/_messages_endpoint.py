@@ -37,11 +37,8 @@ from contextkeep.server._messages_chat import ChatForMessages, anthropic_error_e
 from contextkeep.server._passthrough import forwarded_headers, unchanged
 from contextkeep.server.proxy import (
     _CONVERSATION_HEADER,
-    _IDEMPOTENCY_HEADER,
     ChatRequest,
     Proxy,
-    _failure,
-    _Replayed,
 )
 
 __all__ = ["MessagesRequest", "router"]
@@ -107,21 +104,10 @@ async def handle(proxy: Proxy, request: Request) -> Response:
         return anthropic_error(400, f"invalid request: {exc}")
     await proxy.use_upstream_window(proxy._headers(request))
     anthropic = await speaks_messages(proxy, _anthropic_headers(proxy, request))
-    memory, key = proxy.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
-    fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
-    lock = proxy.kept.lock(conversation)
-    await lock.acquire()
-    try:
-        served = await proxy._continue(memory, chat, fields, key)
-    except BaseException:
-        lock.release()
-        raise
-    if isinstance(served, Response):
-        if isinstance(served, _Replayed) and not await request.is_disconnected():
-            memory.delivered()
-        lock.release()
-        return _in_messages_shape(served)
-    session, before = served
+    turn = await proxy.begin(request, conversation, chat)
+    if isinstance(turn, Response):
+        return _in_messages_shape(turn)
+    session = turn.session
     on_call = lambda view, tokens: proxy._remember(session, view, tokens)  # noqa: E731
     adapter: AnthropicUpstream | ChatForMessages = (
         AnthropicUpstream(
@@ -142,19 +128,16 @@ async def handle(proxy: Proxy, request: Request) -> Response:
         )
     )
     if chat.stream:
-        memory.streaming()
-        streamed = proxy._streamed(session, chat, adapter, lock, done=b"", error_event=anthropic_error_event)
+        turn.memory.streaming()
+        streamed = proxy._streamed(
+            session, chat, adapter, turn.lock, done=b"", error_event=anthropic_error_event
+        )
         return _in_messages_shape(await streamed)
-    try:
-        await proxy._complete(session, chat, adapter)
-        delivered = not await request.is_disconnected()
-        reply = adapter.response if isinstance(adapter, AnthropicUpstream) else adapter.message
-        memory.replied(session.conversation_id, before, fields, reply or {}, delivered=delivered, key=key)
-    except Exception as exc:
-        return _in_messages_shape(_failure(exc, adapter))
-    finally:
-        lock.release()
-    return JSONResponse(reply)
+
+    def reply() -> dict[str, Any]:
+        return (adapter.response if isinstance(adapter, AnthropicUpstream) else adapter.message) or {}
+
+    return _in_messages_shape(await proxy.finish(request, turn, chat, adapter, reply))
 
 
 def _anthropic_headers(proxy: Proxy, request: Request) -> dict[str, str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contextkeep._errors import ContextKeepError
@@ -30,11 +30,8 @@ from contextkeep._messages import Message
 from contextkeep.models.adapter import ModelReply
 from contextkeep.server.proxy import (
     _CONVERSATION_HEADER,
-    _IDEMPOTENCY_HEADER,
     ChatRequest,
     Proxy,
-    _failure,
-    _Replayed,
     openai_error,
 )
 from contextkeep.server.upstream import STARTED, UpstreamAdapter
@@ -249,21 +246,10 @@ async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -
     except (ValidationError, ContextKeepError) as exc:
         return openai_error(400, f"invalid request: {exc}")
     await proxy.use_upstream_window(proxy._headers(request))
-    memory, key = proxy.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
-    fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
-    lock = proxy.kept.lock(conversation)
-    await lock.acquire()
-    try:
-        served = await proxy._continue(memory, chat, fields, key)
-    except BaseException:
-        lock.release()
-        raise
-    if isinstance(served, Response):
-        if isinstance(served, _Replayed) and not await request.is_disconnected():
-            memory.delivered()
-        lock.release()
-        return served
-    session, before = served
+    turn = await proxy.begin(request, conversation, chat)
+    if isinstance(turn, Response):
+        return turn
+    session = turn.session
     shape = _Shape(asked)
     adapter = ResponsesUpstream(
         proxy.client,
@@ -276,18 +262,9 @@ async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -
     )
 
     if chat.stream:
-        memory.streaming()
-        return await proxy._streamed(session, chat, adapter, lock)
-    try:
-        await proxy._complete(session, chat, adapter)
-        body = shape.body(adapter.reply)
-        delivered = not await request.is_disconnected()
-        memory.replied(session.conversation_id, before, fields, body, delivered=delivered, key=key)
-    except Exception as exc:
-        return _failure(exc, adapter)
-    finally:
-        lock.release()
-    return JSONResponse(body)
+        turn.memory.streaming()
+        return await proxy._streamed(session, chat, adapter, turn.lock)
+    return await proxy.finish(request, turn, chat, adapter, lambda: shape.body(adapter.reply))
 
 
 router = APIRouter(tags=["proxy"])

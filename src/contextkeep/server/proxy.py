@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import httpx
@@ -69,6 +69,24 @@ def openai_error(status: int, message: str, code: str | None = None) -> JSONResp
 
 class _Replayed(JSONResponse):
     """The stored reply to a retried request, sent again without calling the upstream."""
+
+
+@dataclass(slots=True)
+class Turn:
+    """One served request, from the conversation's lock taken to the reply remembered."""
+
+    memory: Any
+    """The conversation's memory of replies (for retries and idempotency keys)."""
+    key: str | None
+    """The request's `Idempotency-Key`, if any."""
+    fields: dict[str, Any]
+    """The request's fields other than its messages."""
+    lock: asyncio.Lock
+    """The conversation's lock, held until the reply is remembered (or the stream ends)."""
+    session: Session
+    """The session the request continues (a fork for a branch)."""
+    before: int
+    """The transcript's length before the request's new messages."""
 
 
 class Proxy:
@@ -126,6 +144,28 @@ class Proxy:
         except ValidationError as exc:
             return openai_error(400, f"invalid request: {exc}")
         await self.use_upstream_window(self._headers(request))
+        turn = await self.begin(request, conversation, chat)
+        if isinstance(turn, Response):
+            return turn
+        session = turn.session
+        adapter = UpstreamAdapter(
+            self.client,
+            self.manager.model,
+            self._headers(request),
+            include_usage=bool((chat.stream_options or {}).get("include_usage")),
+            on_call=lambda view, tokens: self._remember(session, view, tokens),
+        )
+        if chat.stream:
+            turn.memory.streaming()
+            return await self._streamed(session, chat, adapter, turn.lock)
+        return await self.finish(request, turn, chat, adapter, lambda: adapter.response or {})
+
+    async def begin(self, request: Request, conversation: str, chat: ChatRequest) -> Turn | Response:
+        """Take the conversation's lock and continue its transcript with `chat`.
+
+        A stored reply (a retry, an idempotency key) or a refusal comes back as the response,
+        the lock released; otherwise the turn holds the lock for :meth:`finish` or the stream.
+        """
         memory, key = self.memories.of(conversation), request.headers.get(_IDEMPOTENCY_HEADER)
         fields = chat.model_dump(exclude={"messages"}, exclude_none=True)
         lock = self.kept.lock(conversation)
@@ -141,28 +181,35 @@ class Proxy:
             lock.release()
             return served
         session, before = served
-        adapter = UpstreamAdapter(
-            self.client,
-            self.manager.model,
-            self._headers(request),
-            include_usage=bool((chat.stream_options or {}).get("include_usage")),
-            on_call=lambda view, tokens: self._remember(session, view, tokens),
-        )
-        if chat.stream:
-            memory.streaming()
-            return await self._streamed(session, chat, adapter, lock)
+        return Turn(memory, key, fields, lock, session, before)
+
+    async def finish(
+        self,
+        request: Request,
+        turn: Turn,
+        chat: ChatRequest,
+        adapter: UpstreamAdapter,
+        reply: Callable[[], dict[str, Any]],
+    ) -> Response:
+        """Call the upstream for a non-streamed turn and remember `reply()`; the lock is released."""
         try:
-            await self._complete(session, chat, adapter)
+            await self._complete(turn.session, chat, adapter)
+            body = reply()
             # A client that left (its timeout fired) never got this reply: its retry gets it, uncalled.
             delivered = not await request.is_disconnected()
-            memory.replied(
-                session.conversation_id, before, fields, adapter.response or {}, delivered=delivered, key=key
+            turn.memory.replied(
+                turn.session.conversation_id,
+                turn.before,
+                turn.fields,
+                body,
+                delivered=delivered,
+                key=turn.key,
             )
         except Exception as exc:
             return _failure(exc, adapter)
         finally:
-            lock.release()
-        return JSONResponse(adapter.response)
+            turn.lock.release()
+        return JSONResponse(body)
 
     async def use_upstream_window(self, headers: Mapping[str, str] | None = None) -> None:
         """Budget for the upstream's own window unless one was given (explicit > upstream > registry).
