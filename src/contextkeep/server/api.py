@@ -5,6 +5,7 @@ Conversations, status, usage scopes, current view, records, transcript, referenc
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,7 @@ from contextkeep.server._history import history as replay_history
 from contextkeep.server._history import last_activity
 from contextkeep.server.context import ServerContext, context, known_conversation
 from contextkeep.server.views import current_view, describe_view, usage_report
+from contextkeep.stores.base import Store
 
 __all__ = ["router"]
 
@@ -47,6 +49,20 @@ def _proxied(ck: ServerContext, conversation_id: str) -> Sequence[Mapping[str, A
     return ck.proxy.kept.get(conversation_id, ()) if ck.proxy is not None else ()
 
 
+_RECORDED: weakref.WeakKeyDictionary[Store, dict[str, tuple[int, float]]] = weakref.WeakKeyDictionary()
+"""Per store and conversation: the transcript length its newest compaction record was read at, and
+that record's time. A conversation whose length did not change is not read again (the dashboard
+lists every 5 s)."""
+
+
+async def _recorded_at(store: Store, conversation_id: str, messages: int) -> float:
+    known = _RECORDED.setdefault(store, {})
+    if conversation_id not in known or known[conversation_id][0] != messages:
+        state = await store.load_document(conversation_id, COMPACTION_DOCUMENT)
+        known[conversation_id] = (messages, last_activity(state.data.get("records", ()), ()))
+    return known[conversation_id][1]
+
+
 @router.get("/conversations", summary="Every conversation in the store")
 async def conversations(ck: Ctx, order: Literal["store", "recent"] = "store") -> list[JSON]:
     """Conversation ids with their transcript lengths, in the store's order or most recently active first.
@@ -60,8 +76,8 @@ async def conversations(ck: Ctx, order: Literal["store", "recent"] = "store") ->
     for c in await store.list_conversations():
         entry: JSON = {"id": c, "messages": await store.count_messages(c)}
         if order == "recent":
-            state = await store.load_document(c, COMPACTION_DOCUMENT)
-            entry["active_at"] = last_activity(state.data.get("records", ()), _proxied(ck, c))
+            recorded = await _recorded_at(store, c, entry["messages"])
+            entry["active_at"] = max(recorded, last_activity((), _proxied(ck, c)))
             entry["live"] = ck.proxy is not None and ck.proxy.is_live(c)
         listed.append(entry)
     if order == "store":
