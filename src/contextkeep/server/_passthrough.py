@@ -24,7 +24,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from contextkeep.server.proxy import Proxy, openai_error
+from contextkeep.server._turn import openai_error
+from contextkeep.server.proxy import Proxy
 
 __all__ = ["router"]
 

@@ -28,11 +28,11 @@ from contextkeep._formats.openai import to_openai
 from contextkeep._formats.responses import chat_messages, chat_tools, output_items
 from contextkeep._messages import Message
 from contextkeep.models.adapter import ModelReply
+from contextkeep.server._turn import openai_error
 from contextkeep.server.proxy import (
     _CONVERSATION_HEADER,
     ChatRequest,
     Proxy,
-    openai_error,
 )
 from contextkeep.server.upstream import STARTED, UpstreamAdapter
 

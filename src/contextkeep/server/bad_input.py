@@ -18,7 +18,7 @@ from contextkeep._errors import (
     MessageFormatError,
     UnsafePathError,
 )
-from contextkeep.server.proxy import openai_error
+from contextkeep.server._turn import openai_error
 
 __all__ = ["BAD_INPUT", "install_bad_input_handlers"]
 
