@@ -11,6 +11,7 @@ a budget never exceeds what the model can hold.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class Capacity:
     """A configured figure larger than the window (it asked for more than the model holds)."""
 
 
+@functools.lru_cache(maxsize=256)  # pure, and asked twice per model call
 def resolve_capacity(
     model_window: int | None,
     model_source: CapacitySource = CapacitySource.EXPLICIT,

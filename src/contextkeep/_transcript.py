@@ -9,7 +9,7 @@ store holds, or validated again after reloading.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from contextkeep._cas import LOST, CompareAndSet, Lost
@@ -78,7 +78,7 @@ class Transcript:
                 accepted, repairs = append_repaired(tracker, batch, policy)
                 # Ids are unique per conversation: an automatic one never reuses an id a caller gave.
                 stamped = [
-                    m if m.id else replace(m, id=tracker.unique_id(f"m{base + i:06d}"))
+                    m if m.id else m.with_id(tracker.unique_id(f"m{base + i:06d}"))
                     for i, m in enumerate(accepted)
                 ]
             answered = {m.tool_call_id for m in stamped if m.tool_call_id in self._answered}

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from contextkeep._formats import to_anthropic, to_openai
+from contextkeep._messages import Message
 from contextkeep._view import View
 from contextkeep.replay.trajectories import load_trajectories
 from support import call, manager, require_shared, result, rounds
@@ -91,3 +92,17 @@ async def test_tool_results_merged_later_leave_the_anthropic_list_handed_out_unc
         assert [b["tool_use_id"] for b in before[-1]["content"]] == ["a"]
         assert [b["tool_use_id"] for b in after[-1]["content"]] == ["a", "b"]
         assert after[:-1] == before[:-1] and after[0] is before[0]
+
+
+async def test_a_view_list_changed_in_place_is_converted_and_counted_as_it_now_is(tmp_path):
+    # The builder vouches that a view extends the last one; an edit in place voids that promise.
+    cm = manager(tmp_path, window=None)
+    async with cm.session("c") as s:
+        await s.add([{"role": "user", "content": "task"}, *rounds(3)])
+        _assert_fresh(await s.prepare())
+        await s.add(rounds(1, start=3))
+        view = await s.prepare()
+        view.neutral[2] = Message("tool", "edited by the caller " * 20, tool_call_id="c0")
+        _assert_fresh(view)
+        assert view.messages[2]["content"].startswith("edited by the caller")
+        assert s.counter.count_prompt(view.neutral) == cm.new_counter().count_prompt(list(view.neutral))

@@ -21,6 +21,7 @@ from contextkeep._compaction.render import detail_reference, dropped_marker, hea
 from contextkeep._compaction.state import CompactionState
 from contextkeep._compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
 from contextkeep._config import ContextConfig
+from contextkeep._lineage import Lineage, ViewList
 from contextkeep._messages import ImagePart, Message, TextPart
 from contextkeep._rounds import Round, current_turn_start
 from contextkeep._tokens import TokenCounter
@@ -78,11 +79,15 @@ class ViewBuilder:
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
         self._savings: dict[tuple[str, object, int], int] = {}
         self._derived_for = _derivation(config, window)
+        self._token = object()  # lineage: see `contextkeep._lineage`
+        self._head: list[Message] = []
+        self._start = 0
 
     def _forget_if_reconfigured(self, config: ContextConfig) -> None:
         """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
         if _derivation(config, self.window) != self._derived_for:
             self._derived_for, self._shown, self._varying = _derivation(config, self.window), [], []
+            self._new_lineage()
             self._derived.clear()
             self._sources.clear()
 
@@ -114,10 +119,24 @@ class ViewBuilder:
     ) -> list[Message]:
         """The view for `state` under `config` (by default the builder's): a pure function, cached."""
         config = self.config if config is None else config
-        view = self.head(transcript, rounds, state, config=config)
+        head = self.head(transcript, rounds, state, config=config)
         shown, start = self._body(transcript, rounds, state, config)
-        view += shown[start:] if start else shown  # one copy of the history per view, not two
+        view = ViewList(head)
+        list.extend(view, shown[start:] if start else shown)  # one copy of the history per view, not two
+        view.lineage = self._lineage(head, start, len(view))
         return view
+
+    def _lineage(self, head: list[Message], start: int, length: int) -> Lineage:
+        """The lineage of a view of `head` then the shown messages from `start`: kept while both stay."""
+        last = self._head
+        same = len(head) == len(last) and all(a is b for a, b in zip(head, last, strict=True))
+        if start != self._start or not same:
+            self._token, self._head, self._start = object(), head, start
+        return Lineage(self._token, length)
+
+    def _new_lineage(self) -> None:
+        """The shown messages changed other than by appending: later views start a new lineage."""
+        self._token = object()
 
     def head(
         self,
@@ -200,8 +219,10 @@ class ViewBuilder:
         shown, varying = self._shown, self._varying
         if base != self._base or len(shown) > len(transcript) - base:
             self._base, shown, varying = base, [], []  # a different conversation shape: start over
+            self._new_lineage()
         elif marks != self._marks or state.masked != self._masked:
             self._rederive(transcript, base, state, marks, config)
+            self._new_lineage()
         self._marks, self._masked = marks, state.masked
         for i in range(base + len(shown), len(transcript)):
             m = transcript[i]
@@ -286,7 +307,7 @@ class ViewBuilder:
             cached = self._derived[key] = self._transform(m, masked, media, config, used)
             if not masked and self._maskable(m, config):
                 self._sources[cached.key] = m
-        return cached if cached.id == m.id else replace(cached, id=m.id)
+        return cached if cached.id == m.id else cached.with_id(m.id)
 
     @staticmethod
     def _maskable(m: Message, config: ContextConfig) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from contextkeep._formats.anthropic import AnthropicAssembly, message_blocks
 from contextkeep._formats.openai import view_message
+from contextkeep._lineage import Lineage, extended_by, lineage_of
 from contextkeep._messages import Message
 
 __all__ = ["SplicedAnthropic", "SplicedOpenAI", "ViewConversions", "common_prefix"]
@@ -48,6 +49,8 @@ class _Spliced:
     def __init__(self) -> None:
         self._view: list[Message] = []
         self._items: list[Any] = []
+        self._lineage: Lineage | None = None  # the last view's (`contextkeep._lineage`)
+        self._lineage_length = 0
         self.converted = 0
         """How many messages the last conversion converted (the others were reused)."""
 
@@ -57,7 +60,10 @@ class _Spliced:
 
     def _splice(self, view: Sequence[Message]) -> None:
         """Bring `_view` and `_items` to `view`."""
-        kept = common_prefix(self._view, view)
+        vouched = extended_by(view, self._lineage) and len(self._view) == self._lineage_length
+        kept = len(self._view) if vouched else common_prefix(self._view, view)
+        lineage = lineage_of(view)
+        self._lineage, self._lineage_length = lineage, lineage.length if lineage else 0
         cut = self._view[kept:]  # holds the old objects while their ids are looked up
         reuse = dict(zip(map(id, cut), self._items[kept:], strict=True)) if cut else {}
         self._cut(kept)

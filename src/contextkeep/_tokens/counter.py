@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Protocol, runtime_checkable
 
+from contextkeep._lineage import Lineage, extended_by, lineage_of
 from contextkeep._messages import Message
 from contextkeep._tokens.encoders import Encoder
 from contextkeep._tokens.framing import FoldState, Framing, Tools
@@ -121,6 +122,8 @@ class PromptCounter:
         self._last_messages: list[Message] = []
         """A copy of its messages (the caller may edit its list in place before the next count), kept
         in step by appending when the next prompt extends it."""
+        self._lineage: Lineage | None = None
+        """The lineage of the sequence counted last, if it had one (`contextkeep._lineage`)."""
         self._last_has_tools = False
         self._tools_ref: tuple[Tools | None, int] = (None, 0)
         self._tools_text: tuple[str | None, int] = (None, 0)
@@ -224,7 +227,7 @@ class PromptCounter:
 
     def _remember(self, prompt: _Prompt, messages: Sequence[Message], mirrored: bool) -> None:
         """`mirrored`: `_last_messages` already holds exactly `messages` (no copy needed)."""
-        self._last, self._last_counted = prompt, messages
+        self._last, self._last_counted, self._lineage = prompt, messages, lineage_of(messages)
         if not mirrored:
             self._last_messages = list(messages)
 
@@ -262,6 +265,9 @@ class PromptCounter:
         """How many leading messages keep their counts, and whether `_last_messages` mirrors `messages`."""
         n = min(len(old.keys), len(messages))
         last = self._last_messages
+        if old is self._last and n == len(old.keys) == len(last) and extended_by(messages, self._lineage):
+            last += messages[n:]  # the builder vouches: the last view plus appended messages
+            return self._turn_start(messages, old, n), True
         # The common case, appending to the same message objects: a list comparison that stops at
         # identity (rebuilt messages would be compared field by field: they go by their keys).
         same_objects = old is self._last and n > 0 and messages[n - 1] is last[n - 1]
@@ -272,10 +278,13 @@ class PromptCounter:
             keys = [m.key for m in messages[:n]]
             differ = (j for j, (a, b) in enumerate(zip(keys, old.keys, strict=False)) if a != b)
             i = n if keys == old.keys[:n] else next(differ)
+        return self._turn_start(messages, old, i), mirrored
+
+    def _turn_start(self, messages: Sequence[Message], old: _Prompt, i: int) -> int:
+        """`i`, or the start of the last turn when a new user message changes how it renders."""
         if self.framing.turn_sensitive and any(m.role == "user" for m in messages[i:]):
-            # A new user message changes how the previous turn renders: recount from its start.
-            i = min(i, max(old.users[i - 1], 0) if i else 0)
-        return i, mirrored
+            return min(i, max(old.users[i - 1], 0) if i else 0)
+        return i
 
     def _extends_last(self, messages: Sequence[Message], n: int) -> bool:
         """Whether the list `messages` is the last one counted plus appended messages; then it is mirrored.
