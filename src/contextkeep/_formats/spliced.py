@@ -2,8 +2,9 @@
 
 Consecutive views of one conversation mostly share their messages (the same `Message`
 objects): a call appends a few, a compaction pass replaces or removes some. The last
-view and its converted form are kept; the next view is compared with it (a C-level list
-comparison that stops at the first different message), the converted form is cut back to
+view and its converted form are kept; a view whose lineage says it extends the last one
+(`contextkeep._lineage`) converts only what it appended; any other is compared with the last
+(a C-level walk that stops at the first different message), the converted form is cut back to
 the common prefix and only the rest is converted. Converted messages the cut removed are
 reused when the same objects reappear further on (a pass that drops old rounds shifts the
 view). Only the last view is kept, so nothing accumulates for messages that left it.
@@ -15,30 +16,16 @@ callers must copy a dict before changing it. The lists themselves are new each t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import ne
 from typing import Any
 
+from contextkeep._continuation import common_prefix
 from contextkeep._formats.anthropic import AnthropicAssembly, message_blocks
 from contextkeep._formats.openai import view_message
 from contextkeep._lineage import Lineage, extended_by, lineage_of
 from contextkeep._messages import Message
 
-__all__ = ["SplicedAnthropic", "SplicedOpenAI", "ViewConversions", "common_prefix"]
-
-
-def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
-    """Length of the longest common prefix of `a` and `b` (identical objects compare without `__eq__`)."""
-    n = min(len(a), len(b))
-    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
-        return n  # the usual call: the new view extends the last one
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
+__all__ = ["SplicedAnthropic", "SplicedOpenAI", "ViewConversions"]
 
 _MISSING = object()
 
@@ -61,7 +48,7 @@ class _Spliced:
     def _splice(self, view: Sequence[Message]) -> None:
         """Bring `_view` and `_items` to `view`."""
         vouched = extended_by(view, self._lineage) and len(self._view) == self._lineage_length
-        kept = len(self._view) if vouched else common_prefix(self._view, view)
+        kept = len(self._view) if vouched else common_prefix(self._view, view, ne)
         lineage = lineage_of(view)
         self._lineage, self._lineage_length = lineage, lineage.length if lineage else 0
         cut = self._view[kept:]  # holds the old objects while their ids are looked up
