@@ -28,12 +28,19 @@ from contextkeep._manager import ContextManager
 from contextkeep._tokens import Encoder, PromptCounter, counter_for_model, encoder_from_spec
 from contextkeep._view import View
 from contextkeep.replay.engine import ReplayResult, replay
-from contextkeep.replay.metrics import MetricsRecorder, Pricing, TrajectoryMetrics
+from contextkeep.replay.metrics import (
+    MetricsRecorder,
+    Pricing,
+    TrajectoryMetrics,
+    median,
+    per_run_min,
+    pooled,
+)
 from contextkeep.replay.presets import PRESETS, Preset, get_preset
 from contextkeep.replay.report import ReportEntry, write_report
 from contextkeep.replay.trajectories import Trajectory, load_trajectories
 
-__all__ = ["DEEPSEEK_TOKENIZER", "Measured", "measure", "replay_command"]
+__all__ = ["DEEPSEEK_TOKENIZER", "SUMMARY_HEADER", "Measured", "measure", "replay_command", "summary_row"]
 
 logger = logging.getLogger("contextkeep.cli.replay")
 
@@ -143,6 +150,48 @@ def _table_row(m: TrajectoryMetrics) -> str:
     )
 
 
+SUMMARY_HEADER = (
+    "| strategy | over budget | violations | peak | FRR in view: pooled (median, min) "
+    "| whole-token FRR: pooled (min) | context-FRR: pooled (min) | recoverable: pooled (min) "
+    "| cacheable prefix | prefix breaks (max per run) | cost / raw (Σ) | compactions |"
+)
+"""The columns of :func:`summary_row` (the results table of `docs/replay.md`)."""
+
+
+def summary_row(strategy: str, runs: list[TrajectoryMetrics]) -> str:
+    """One Markdown row summarising `runs` of `strategy`: pooled FRRs with their per-run minimum, sums."""
+
+    def f(x: float | None) -> str:
+        return "–" if x is None else f"{x:.3f}"
+
+    def frr(metric: str, with_median: bool = False) -> str:
+        middle = f"{f(median(runs, metric))}, " if with_median else ""
+        return f"{f(pooled(runs, metric))} ({middle}{f(per_run_min(runs, metric))})"
+
+    cached = sum(c.cached_tokens for m in runs for c in m.calls)
+    viewed = sum(m.cumulative_view_tokens for m in runs)
+    raw = sum(m.raw_cost for m in runs)
+    layers: dict[str, int] = {}
+    for m in runs:
+        for layer, n in m.compactions.items():
+            layers[layer] = layers.get(layer, 0) + n
+    cells = [
+        strategy,
+        str(sum(m.over_budget_calls for m in runs)),
+        str(sum(m.invariant_violations for m in runs)),
+        f"{max((m.peak_view_tokens for m in runs), default=0):,}",
+        frr("frr_in_view", with_median=True),
+        frr("frr_whole"),
+        frr("frr_context"),
+        frr("frr_recoverable"),
+        f(cached / viewed if viewed else None),
+        f"{sum(m.prefix_breaks for m in runs)} ({max((m.prefix_breaks for m in runs), default=0)})",
+        f(sum(m.cost for m in runs) / raw if raw else None),
+        ", ".join(f"{k} {v}" for k, v in sorted(layers.items())) or "–",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
 _HEADER = (
     f"{'trajectory':<44} {'calls':>5} {'peak':>7} {'over':>4} {'viol':>4} {'FRRv':>5} {'FRRr':>5} "
     f"{'cache':>5} {'breaks':>6} {'cost':>5}  compactions"
@@ -225,6 +274,11 @@ async def _run(
 @click.option(
     "--price-model", default="deepseek-chat", show_default=True, help="genai-prices model for costs."
 )
+@click.option(
+    "--summary",
+    is_flag=True,
+    help="Last, print the runs' Markdown summary row (the columns of docs/replay.md's results table).",
+)
 def replay_command(
     paths: tuple[Path, ...],
     window: int | None,
@@ -235,6 +289,7 @@ def replay_command(
     dump: Path | None,
     report: Path | None,
     price_model: str,
+    summary: bool,
 ) -> None:
     """Replay trajectories call by call through a strategy; print budget, retention, cache and cost."""
     preset = get_preset(strategy)
@@ -257,3 +312,6 @@ def replay_command(
         write_report(report, [m.entry for m in runs], title=f"contextkeep replay: {preset.name}")
         if not as_json:
             click.echo(f"report: {report}")
+    if summary:
+        click.echo(SUMMARY_HEADER)
+        click.echo(summary_row(preset.name, [m.metrics for m in runs]))
