@@ -40,6 +40,13 @@ def demo_settings(settings: ServerSettings) -> ServerSettings:
 @click.option("--workspace", default=None, help="Workspace folder for offloaded content.")
 @click.option("--upstream", default=None, help="OpenAI-compatible base URL (…/v1) to proxy to.")
 @click.option(
+    "--upstream-api",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "chat", "responses", "anthropic"]),
+    help="What the upstream speaks: chat completions only, also Responses, Anthropic Messages, or ask it.",
+)
+@click.option(
     "--token",
     default=None,
     envvar="CONTEXTKEEP_TOKEN",
@@ -98,6 +105,7 @@ def serve(
     store: str | None,
     workspace: str | None,
     upstream: str | None,
+    upstream_api: str,
     token: str | None,
     model: str,
     window: int | None,
@@ -124,6 +132,7 @@ def serve(
         store=store,
         workspace=workspace,
         upstream=upstream,
+        upstream_api=upstream_api,
         token=token,
         model=model,
         window=window,

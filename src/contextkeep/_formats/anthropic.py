@@ -63,6 +63,7 @@ class AnthropicAssembly:
             and isinstance(m.content, str)
             and len(blocks) == 1
             and blocks[0]["type"] == "text"
+            and "cache_control" not in blocks[0]  # a client's breakpoint needs the block form
         ):
             out.append({"role": m.role, "content": m.content})
         else:

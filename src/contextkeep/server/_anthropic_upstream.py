@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from contextkeep._errors import ContextOverflowError
-from contextkeep._formats.anthropic import from_anthropic, to_anthropic
+from contextkeep._formats.anthropic import AnthropicAssembly, from_anthropic, message_blocks, to_anthropic
 from contextkeep._messages import Message
 from contextkeep._usage import Usage
-from contextkeep.models._common import reject_truncated
 from contextkeep.models.adapter import ModelReply
-from contextkeep.server.upstream import STARTED, TruncatedStreamError, UpstreamAdapter
+from contextkeep.server._client_marks import ClientMarks, apply_marks
+from contextkeep.server.upstream import STARTED, UpstreamAdapter
 
 __all__ = ["AnthropicUpstream", "StablePrefix", "StreamedMessage"]
 
@@ -44,16 +43,23 @@ class StablePrefix:
     def __init__(self) -> None:
         self._sent: list[str] = []
 
-    def mark(self, messages: list[dict[str, Any]], taken: int) -> list[dict[str, Any]]:
-        """`messages` with a breakpoint on the stable prefix's last one, unless `taken` leaves none."""
+    def mark(
+        self, messages: list[dict[str, Any]], taken: int, marked: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """`marked` (default: `messages`) with a breakpoint on the stable prefix's last message.
+
+        Unless `taken` leaves none. The prefix is that of `messages`, without the client's own
+        marks (which move from call to call); a block the client marked keeps its own.
+        """
         encoded = [json.dumps(m, sort_keys=True) for m in messages]
         same = next((i for i, (a, b) in enumerate(zip(self._sent, encoded, strict=False)) if a != b), None)
         if same is None:
             same = min(len(self._sent), len(encoded))
         self._sent = encoded
+        out = messages if marked is None else marked
         if same == 0 or taken >= _BREAKPOINTS:
-            return messages
-        out = list(messages)
+            return out
+        out = list(out)
         out[same - 1] = _with_breakpoint(out[same - 1])
         return out
 
@@ -68,6 +74,8 @@ def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
         block = content[i]
         if block.get("type") in _UNMARKABLE or (block.get("type") == "text" and not block.get("text")):
             continue
+        if "cache_control" in block:  # the client's own breakpoint is there already
+            return message
         marked = [*content[:i], {**block, "cache_control": _EPHEMERAL}, *content[i + 1 :]]
         return {**message, "content": marked}
     return message
@@ -143,6 +151,8 @@ class AnthropicUpstream(UpstreamAdapter):
     """The conversation's previous view, for the `cache_control` breakpoint (None: none placed)."""
     system_blocks: list[dict[str, Any]] | None = None
     """The client's `system` blocks, sent as they are (their breakpoints kept) while the view's matches."""
+    client_marks: ClientMarks | None = None
+    """The client's breakpoints on its messages, put back where the view leaves those unchanged."""
 
     async def complete(
         self,
@@ -160,10 +170,11 @@ class AnthropicUpstream(UpstreamAdapter):
             body["system"] = self._system(system)
         if tools:
             body["tools"] = list(tools)
-        taken = (
-            _breakpoints(body.get("system")) + _breakpoints(body.get("tools")) + _breakpoints(api_messages)
+        taken = _breakpoints(body.get("system")) + _breakpoints(body.get("tools"))
+        marked, used = self._client_marked(messages, api_messages, _BREAKPOINTS - taken)
+        body["messages"] = (
+            marked if self.prefix is None else self.prefix.mark(api_messages, taken + used, marked)
         )
-        body["messages"] = api_messages if self.prefix is None else self.prefix.mark(api_messages, taken)
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if self.on_call is not None:
@@ -172,14 +183,28 @@ class AnthropicUpstream(UpstreamAdapter):
         self.failure = None
         if self.sink is None:
             reply = await self._one(body)
-            return reject_truncated(reply, local_prompt_tokens, self.spec)
-        reply = await self._events({**body, "stream": True}, self.sink)
-        try:
-            return reject_truncated(reply, local_prompt_tokens, self.spec)
-        except ContextOverflowError as truncated:
-            raise TruncatedStreamError(
-                f"the reply already streamed was not recorded: {truncated}"
-            ) from truncated
+        else:
+            reply = await self._events({**body, "stream": True}, self.sink)
+        return self.checked(reply, local_prompt_tokens)
+
+    def _client_marked(
+        self, view: Sequence[Message], api_messages: list[dict[str, Any]], room: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The view's API messages with the client's marks where it left their messages unchanged."""
+        chosen = apply_marks(view, self.client_marks, room) if self.client_marks and room > 0 else {}
+        if not chosen:
+            return api_messages, 0
+        assembly = AnthropicAssembly()
+        for position, m in enumerate(view):
+            marks = chosen.get(position)
+            if marks is None or m.role == "system":
+                assembly.add(m)
+                continue
+            blocks = message_blocks(m)
+            for index, control in marks:
+                blocks[index] = {**blocks[index], "cache_control": control}
+            assembly.add(m, blocks)
+        return assembly.result()[1], sum(map(len, chosen.values()))
 
     def _system(self, system: str) -> str | list[dict[str, Any]]:
         blocks = self.system_blocks

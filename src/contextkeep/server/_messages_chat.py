@@ -4,12 +4,14 @@ The view goes out as chat messages (the parent :class:`UpstreamAdapter`), the re
 Anthropic `tools`, `tool_choice` and `stop_sequences` as their chat equivalents; fields
 a chat upstream has no use for (`thinking`, `metadata`, `top_k`, `cache_control`…) are
 dropped. The reply comes back as a Messages API `message` (blocks from `message_blocks`),
-or streamed as Messages events: text deltas as they arrive, then each other block whole,
+or streamed as Messages events as the chunks arrive: reasoning as `thinking_delta`s, text
+as `text_delta`s, each tool call's arguments as `input_json_delta`s (a call's block stays
+open until the end, so calls whose pieces interleave still land in their own block), then
 `message_delta` with the stop reason and usage, `message_stop`.
 
-Which API the upstream speaks is asked once per proxy: an empty `POST messages` that an
-Anthropic upstream refuses in its own error shape (400, nothing billed) and a chat-only
-one answers 404.
+Which API the upstream speaks is the server's `upstream_api` setting; `auto` asks once per
+proxy: an empty `POST messages` that an Anthropic upstream refuses in its own error shape
+(400, nothing billed) and a chat-only one answers 404.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from contextkeep._errors import ContextKeepError
 from contextkeep._formats.anthropic import message_blocks
 from contextkeep._messages import Message
 from contextkeep.models.adapter import ModelReply
+from contextkeep.server._call_pieces import CallPiece, CallPieces
 from contextkeep.server.proxy import Proxy
 from contextkeep.server.upstream import STARTED, UpstreamAdapter
 
@@ -40,8 +43,10 @@ _CHAT_OPTIONS = ("stream", "temperature", "top_p", "user")
 _SPEAKS: weakref.WeakKeyDictionary[Proxy, bool] = weakref.WeakKeyDictionary()
 
 
-async def speaks_messages(proxy: Proxy, headers: Mapping[str, str]) -> bool:
-    """Whether the upstream has the Messages API (asked once; assumed, unasked, when unreachable)."""
+async def speaks_messages(proxy: Proxy, headers: Mapping[str, str], setting: str = "auto") -> bool:
+    """Whether the upstream has the Messages API: the setting, or (`auto`) asked once (yes if unreachable)."""
+    if setting != "auto":
+        return setting == "anthropic"
     known = _SPEAKS.get(proxy)
     if known is not None:
         return known
@@ -121,8 +126,15 @@ class ChatForMessages(UpstreamAdapter):
     message: dict[str, Any] | None = None
     """The latest reply as a Messages API `message`."""
     _id: str = field(default_factory=lambda: f"msg_{uuid.uuid4().hex}")
-    _text: int | None = None
     _blocks_sent: int = 0
+    _open: dict[str, int] = field(default_factory=dict)
+    """The blocks streaming, by key (`thinking <n>`, `text <n>`, `call <n>`), with their index."""
+    _last: str | None = None
+    """The block opened last."""
+    _kinds: set[str] = field(default_factory=set)
+    """The kinds of the blocks streamed (`thinking`, `text`, `call`)."""
+    _call_ids: set[str] = field(default_factory=set)
+    _calls: CallPieces = field(default_factory=CallPieces)
 
     async def complete(
         self,
@@ -189,24 +201,58 @@ class ChatForMessages(UpstreamAdapter):
                 self._event(out, "message_start", message=start)
                 return
             choices = json.loads(chunk[len(b"data: ") :]).get("choices") or [{}]
-            text = (choices[0].get("delta") or {}).get("content")
-            if not text:
-                return
-            if self._text is None:
-                self._text = self._blocks_sent
-                self._blocks_sent += 1
-                block = {"type": "text", "text": ""}
-                self._event(out, "content_block_start", index=self._text, content_block=block)
-            delta = {"type": "text_delta", "text": text}
-            self._event(out, "content_block_delta", index=self._text, delta=delta)
+            delta = choices[0].get("delta") or {}
+            if delta.get("reasoning_content"):
+                opening = {"type": "thinking", "thinking": "", "signature": ""}
+                self._piece(
+                    out,
+                    "thinking",
+                    opening,
+                    {"type": "thinking_delta", "thinking": delta["reasoning_content"]},
+                )
+            if delta.get("content"):
+                opening = {"type": "text", "text": ""}
+                self._piece(out, "text", opening, {"type": "text_delta", "text": delta["content"]})
+            for entry in delta.get("tool_calls") or ():
+                self._call_piece(out, self._calls.read(entry))
 
         return sink
 
+    def _piece(
+        self, out: Callable[[bytes], None], kind: str, opening: dict[str, Any], delta: dict[str, Any]
+    ) -> None:
+        """Forward a thinking or text delta: into the block of its kind streaming last, else a new one."""
+        if self._last is None or not self._last.startswith(kind):
+            self._start(out, f"{kind} {self._blocks_sent}", opening)
+        assert self._last is not None
+        self._event(out, "content_block_delta", index=self._open[self._last], delta=delta)
+
+    def _call_piece(self, out: Callable[[bytes], None], piece: CallPiece) -> None:
+        key = f"call {piece.position}"
+        if piece.opens and piece.id is not None:
+            self._call_ids.add(piece.id)
+            self._start(out, key, {"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}})
+        if piece.arguments and key in self._open:  # a call's block stays open: its pieces may interleave
+            delta = {"type": "input_json_delta", "partial_json": piece.arguments}
+            self._event(out, "content_block_delta", index=self._open[key], delta=delta)
+
+    def _start(self, out: Callable[[bytes], None], key: str, opening: dict[str, Any]) -> None:
+        """Open block `key`, after closing any thinking or text block (those end when another begins)."""
+        for name in [k for k in self._open if not k.startswith("call")]:
+            self._event(out, "content_block_stop", index=self._open.pop(name))
+        self._open[key] = self._blocks_sent
+        self._blocks_sent += 1
+        self._last = key
+        self._kinds.add(key.split(maxsplit=1)[0])
+        self._event(out, "content_block_start", index=self._open[key], content_block=opening)
+
     def _finish(self, out: Callable[[bytes], None], message: Mapping[str, Any]) -> None:
-        if self._text is not None:
-            self._event(out, "content_block_stop", index=self._text)
-        for block in message["content"]:
-            if block["type"] == "text" and self._text is not None:
+        for index in sorted(self._open.values()):
+            self._event(out, "content_block_stop", index=index)
+        self._open.clear()
+        for block in message["content"]:  # what did not come as deltas (a call without an id) comes whole
+            kind = block["type"]
+            if block.get("id") in self._call_ids or (kind != "tool_use" and kind in self._kinds):
                 continue
             index = self._blocks_sent
             self._blocks_sent += 1

@@ -8,9 +8,11 @@ and `Proxy._streamed`: prepare, call, record, compact-and-retry), with
 :class:`~contextkeep.server._anthropic_upstream.AnthropicUpstream` as the model. The view
 reaches the upstream's `/messages` as Messages API content, the reply comes back to the
 client as the upstream sent it (streamed: event by event), and it is recorded. There the
-configured key goes as `x-api-key`, and a `cache_control` breakpoint marks the end of the
-view's stable prefix (`StablePrefix`). An upstream without the Messages API gets the view as
-chat completions, answered in the Messages format (`server._messages_chat`).
+configured key goes as `x-api-key`; the client's own `cache_control` marks stay on the
+blocks of the messages the view leaves unchanged (`server._client_marks`), and, while the 4
+breakpoints allow, one more marks the end of the view's stable prefix (`StablePrefix`).
+An upstream without the Messages API gets the view as chat completions, answered in the
+Messages format (`server._messages_chat`).
 
 A request without `X-Conversation-Id` gets an id derived from its `system` and first user
 message (see `server._derived_id`); one with no user message is passed through unmanaged.
@@ -33,6 +35,7 @@ from contextkeep._formats.anthropic import from_anthropic
 from contextkeep._formats.openai import to_openai
 from contextkeep._session import Session
 from contextkeep.server._anthropic_upstream import AnthropicUpstream, StablePrefix
+from contextkeep.server._client_marks import client_marks
 from contextkeep.server._messages_chat import ChatForMessages, anthropic_error_event, speaks_messages
 from contextkeep.server._passthrough import forwarded_headers, unchanged
 from contextkeep.server.proxy import (
@@ -103,7 +106,8 @@ async def handle(proxy: Proxy, request: Request) -> Response:
     except (ValidationError, ContextKeepError) as exc:
         return anthropic_error(400, f"invalid request: {exc}")
     await proxy.use_upstream_window(proxy._headers(request))
-    anthropic = await speaks_messages(proxy, _anthropic_headers(proxy, request))
+    setting = request.app.state.settings.upstream_api
+    anthropic = await speaks_messages(proxy, _anthropic_headers(proxy, request), setting)
     turn = await proxy.begin(request, conversation, chat)
     if isinstance(turn, Response):
         return _in_messages_shape(turn)
@@ -117,6 +121,7 @@ async def handle(proxy: Proxy, request: Request) -> Response:
             on_call=on_call,
             prefix=_PREFIXES.setdefault(session, StablePrefix()),
             system_blocks=asked.system if isinstance(asked.system, list) else None,
+            client_marks=client_marks(await request.body(), asked.messages, asked.system, asked.tools),
         )
         if anthropic
         else ChatForMessages(

@@ -1,7 +1,7 @@
 """The upstream's other endpoints, proxied unchanged: `GET /v1/models` (with the served window) and the rest.
 
-Only the endpoints that carry a conversation (`/v1/chat/completions`, `/v1/messages`)
-are managed. Every other path under `/v1/` goes to the same path under the upstream's
+Only the endpoints that carry a conversation (`/v1/chat/completions`, `/v1/messages`,
+`/v1/responses`) are managed. Every other path under `/v1/` goes to the same path under the upstream's
 base URL with its method, query, headers (hop-by-hop ones dropped, authorization as for a
 managed call: the configured key, else the client's own) and body, and its answer comes
 back with its status, headers and body as they are (streamed). A path the upstream does

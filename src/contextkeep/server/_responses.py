@@ -1,17 +1,24 @@
-"""OpenAI Responses `POST /v1/responses`, managed, for a chat-only (OpenAI-compatible) upstream.
+"""OpenAI Responses `POST /v1/responses`, managed, for either kind of upstream.
 
-The request's `instructions` and `input` items become chat messages
-(:mod:`contextkeep._formats.responses`); with `previous_response_id` they follow the
-history that response ended (kept here, per process), as the Responses API does it. From
-there the request takes the proxy's own path (`Proxy._continue`, `_complete`, `_streamed`):
-the view goes to the upstream's `/chat/completions` and the reply comes back as a
-`response` object, or streamed as Responses events (`response.created`, text deltas as
-they arrive, each item done, `response.completed`). Function tools only.
+An upstream that speaks Responses (the `upstream_api` setting, or asked:
+`server._responses_upstream`) gets the view as Responses input items, the client's other
+fields as sent, and its answer goes back as it came (:class:`ResponsesPassthrough`). A
+chat-only one gets it as chat messages: the request's `instructions` and `input` items
+become chat messages (:mod:`contextkeep._formats.responses`), the view goes to its
+`/chat/completions` and the reply comes back as a `response` object, or streamed as
+Responses events (`response.created`, text and call-argument deltas as they arrive, each
+item done, `response.completed`); function tools only.
+
+`previous_response_id` naming a response this server answered is continued here: the
+history that response ended (kept per process) plus the new input, the whole view sent
+(without the id). One it never saw goes unmanaged to a Responses upstream, which holds its
+chain, and is refused (400, as OpenAI words it) for a chat-only one.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -26,9 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from contextkeep._errors import ContextKeepError
 from contextkeep._formats.openai import to_openai
 from contextkeep._formats.responses import chat_messages, chat_tools, output_items
+from contextkeep._formats.responses_items import history as items_history
 from contextkeep._messages import Message
 from contextkeep.models.adapter import ModelReply
-from contextkeep.server._turn import openai_error
+from contextkeep.server._call_pieces import CallPiece, CallPieces
+from contextkeep.server._passthrough import unchanged
+from contextkeep.server._responses_upstream import (
+    ResponsesPassthrough,
+    responses_error_event,
+    speaks_responses,
+)
+from contextkeep.server._turn import Turn, openai_error
 from contextkeep.server.proxy import (
     _CONVERSATION_HEADER,
     ChatRequest,
@@ -37,6 +52,8 @@ from contextkeep.server.proxy import (
 from contextkeep.server.upstream import STARTED, UpstreamAdapter
 
 __all__ = ["ResponsesRequest", "router"]
+
+logger = logging.getLogger("contextkeep.server")
 
 _KEPT: Final = 4096
 """Responses whose history is kept for `previous_response_id`."""
@@ -146,7 +163,11 @@ class ResponsesUpstream(UpstreamAdapter):
     reply: ModelReply | None = None
     """The latest reply (recorded by the session when it is the last)."""
     _sequence: int = 0
-    _text_open: bool = False
+    _opened: list[str] = field(default_factory=list)
+    """The ids of the output items streamed, in their order."""
+    _call_items: dict[int, str] = field(default_factory=dict)
+    """The item id of each call streamed, by its place in the reply."""
+    _calls: CallPieces = field(default_factory=CallPieces)
 
     async def complete(self, messages: Sequence[Message], **options: Any) -> ModelReply:
         """As `UpstreamAdapter.complete`; streamed, chat chunks are restated as Responses events."""
@@ -171,7 +192,6 @@ class ResponsesUpstream(UpstreamAdapter):
     def _translating(self, out: Callable[[bytes], None]) -> Callable[[bytes], None]:
         assert self.shape is not None
         shape = self.shape
-        at = {"item_id": shape.message_id, "output_index": 0, "content_index": 0}
 
         def sink(chunk: bytes) -> None:
             if chunk == STARTED:
@@ -179,41 +199,74 @@ class ResponsesUpstream(UpstreamAdapter):
                 self._event(out, "response.created", response=shape.body(None))
                 return
             choices = json.loads(chunk[len(b"data: ") :]).get("choices") or [{}]
-            text = (choices[0].get("delta") or {}).get("content")
-            if not text:
-                return
-            if not self._text_open:
-                self._text_open = True
-                item = {
-                    "type": "message",
-                    "id": shape.message_id,
-                    "status": "in_progress",
-                    "role": "assistant",
-                }
-                self._event(out, "response.output_item.added", output_index=0, item={**item, "content": []})
-                part = {"type": "output_text", "text": "", "annotations": []}
-                self._event(out, "response.content_part.added", **at, part=part)
-            self._event(out, "response.output_text.delta", **at, delta=text)
+            delta = choices[0].get("delta") or {}
+            if delta.get("content"):
+                self._text(out, delta["content"])
+            for entry in delta.get("tool_calls") or ():
+                self._call(out, self._calls.read(entry))
 
         return sink
+
+    def _text(self, out: Callable[[bytes], None], text: str) -> None:
+        assert self.shape is not None
+        item_id = self.shape.message_id
+        if item_id not in self._opened:
+            self._opened.append(item_id)
+            item = {
+                "type": "message",
+                "id": item_id,
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+            self._event(out, "response.output_item.added", output_index=len(self._opened) - 1, item=item)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            self._event(out, "response.content_part.added", **self._at(item_id), part=part)
+        self._event(out, "response.output_text.delta", **self._at(item_id), delta=text)
+
+    def _call(self, out: Callable[[bytes], None], piece: CallPiece) -> None:
+        if piece.opens and piece.id is not None:
+            item_id = f"fc_{piece.id}"
+            self._call_items[piece.position] = item_id
+            self._opened.append(item_id)
+            item = {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": piece.id,
+                "name": piece.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
+            self._event(out, "response.output_item.added", output_index=len(self._opened) - 1, item=item)
+        streamed = self._call_items.get(piece.position)
+        if piece.arguments and streamed is not None:
+            at = {"item_id": streamed, "output_index": self._opened.index(streamed)}
+            self._event(out, "response.function_call_arguments.delta", **at, delta=piece.arguments)
+
+    def _at(self, item_id: str) -> dict[str, Any]:
+        return {"item_id": item_id, "output_index": self._opened.index(item_id), "content_index": 0}
 
     def _finish(self, out: Callable[[bytes], None], reply: ModelReply) -> None:
         assert self.shape is not None
         body = self.shape.body(reply)
-        items: list[dict[str, Any]] = body["output"]
-        for index, item in enumerate(items):
+        # The items streamed keep their places; what did not come as deltas follows, whole.
+        late = len(self._opened)
+        body["output"].sort(key=lambda i: self._opened.index(i["id"]) if i["id"] in self._opened else late)
+        for index, item in enumerate(body["output"]):
+            streamed = item["id"] in self._opened
             if item["type"] == "message":
                 at = {"item_id": item["id"], "output_index": index, "content_index": 0}
                 text = item["content"][0]
-                if not self._text_open:
+                if not streamed:
                     added = {**item, "status": "in_progress", "content": []}
                     self._event(out, "response.output_item.added", output_index=index, item=added)
                     self._event(out, "response.content_part.added", **at, part={**text, "text": ""})
                 self._event(out, "response.output_text.done", **at, text=text["text"])
                 self._event(out, "response.content_part.done", **at, part=text)
             else:
-                added = {**item, "status": "in_progress", "arguments": ""}
-                self._event(out, "response.output_item.added", output_index=index, item=added)
+                if not streamed:
+                    added = {**item, "status": "in_progress", "arguments": ""}
+                    self._event(out, "response.output_item.added", output_index=index, item=added)
                 done = {"item_id": item["id"], "output_index": index, "arguments": item["arguments"]}
                 self._event(out, "response.function_call_arguments.done", **done)
             self._event(out, "response.output_item.done", output_index=index, item=item)
@@ -224,12 +277,20 @@ async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -
     """Serve one Responses API request."""
     try:
         asked = ResponsesRequest.model_validate_json(await request.body())
-        history = chat_messages(asked.input, asked.instructions)
-    except (ValidationError, ContextKeepError) as exc:
+    except ValidationError as exc:
+        return openai_error(400, f"invalid request: {exc}")
+    setting = request.app.state.settings.upstream_api
+    passed = await speaks_responses(proxy, proxy._headers(request), setting)
+    try:
+        history = (items_history if passed else chat_messages)(asked.input, asked.instructions)
+    except ContextKeepError as exc:
         return openai_error(400, f"invalid request: {exc}")
     conversation = request.headers.get(_CONVERSATION_HEADER)
     if asked.previous_response_id is not None:
         previous = histories.get(asked.previous_response_id)
+        if previous is None and passed:  # not served here: the upstream holds that chain
+            logger.info("%s: passed through to the upstream", asked.previous_response_id)
+            return await unchanged(request, "responses")
         if previous is None:
             return openai_error(
                 400,
@@ -242,13 +303,17 @@ async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -
     if not conversation:
         return openai_error(400, "invalid request: no user message to name the conversation after")
     try:
-        chat = _chat(asked, history)
+        chat = (_passed if passed else _chat)(asked, history)
     except (ValidationError, ContextKeepError) as exc:
         return openai_error(400, f"invalid request: {exc}")
     await proxy.use_upstream_window(proxy._headers(request))
     turn = await proxy.begin(request, conversation, chat)
     if isinstance(turn, Response):
         return turn
+    if passed:
+        return await _pass(
+            proxy, request, turn, chat, lambda rid, said: histories.keep(rid, conversation, [*history, said])
+        )
     session = turn.session
     shape = _Shape(asked)
     adapter = ResponsesUpstream(
@@ -265,6 +330,42 @@ async def handle(proxy: Proxy, request: Request, histories: ResponseHistories) -
         turn.memory.streaming()
         return await proxy._streamed(session, chat, adapter, turn.lock)
     return await proxy.finish(request, turn, chat, adapter, lambda: shape.body(adapter.reply))
+
+
+def _passed(request: ResponsesRequest, history: list[dict[str, Any]]) -> ChatRequest:
+    """The request for a Responses upstream: every field but the history sent on as the client sent it."""
+    fields: dict[str, Any] = {**(request.model_extra or {}), "model": request.model, "stream": request.stream}
+    if request.tool_choice is not None:
+        fields["tool_choice"] = request.tool_choice
+    if request.tools:
+        fields["tools"] = request.tools
+    if request.max_output_tokens is not None:
+        fields["max_tokens"] = request.max_output_tokens
+    return ChatRequest.model_validate({**fields, "messages": history})
+
+
+async def _pass(
+    proxy: Proxy,
+    request: Request,
+    turn: Turn,
+    chat: ChatRequest,
+    on_reply: Callable[[str, dict[str, Any]], None],
+) -> Response:
+    """Send the turn's view to a Responses upstream; its answer goes back to the client as it came."""
+    session = turn.session
+    adapter = ResponsesPassthrough(
+        proxy.client,
+        proxy.manager.model,
+        proxy._headers(request),
+        on_call=lambda view, tokens: proxy._remember(session, view, tokens),
+        on_reply=on_reply,
+    )
+    if chat.stream:
+        turn.memory.streaming()
+        return await proxy._streamed(
+            session, chat, adapter, turn.lock, done=b"", error_event=responses_error_event
+        )
+    return await proxy.finish(request, turn, chat, adapter, lambda: adapter.response or {})
 
 
 router = APIRouter(tags=["proxy"])

@@ -41,6 +41,8 @@ __all__ = ["ServerSettings", "create_app"]
 logger = logging.getLogger("contextkeep.server")
 
 DASHBOARD = Path(__file__).parent / "dashboard"
+UPSTREAM_APIS = ("auto", "chat", "responses", "anthropic")
+"""The values of `ServerSettings.upstream_api`."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class ServerSettings:
     """Base URL (…/v1) that enables the proxy: OpenAI-compatible, or Anthropic for `/v1/messages`."""
     upstream_api_key: str | None = None
     """Key sent upstream (default: `$CONTEXTKEEP_UPSTREAM_API_KEY`, else the client's own header)."""
+    upstream_api: str = "auto"
+    """What the upstream speaks: `chat`, `responses` (and chat), `anthropic`, or `auto` (asked it)."""
     token: str | None = None
     """Bearer token required by every request when set."""
     model: str = "default"
@@ -85,7 +89,9 @@ class ServerSettings:
     """A proxied conversation idle this long is evicted from memory (its next request reloads it)."""
 
     def __post_init__(self) -> None:
-        """Refuse limits that would refuse everything."""
+        """Refuse limits that would refuse everything, and an unknown upstream API."""
+        if self.upstream_api not in UPSTREAM_APIS:
+            raise ConfigError("upstream_api", f"must be one of {', '.join(UPSTREAM_APIS)}")
         for name in ("max_body_bytes", "header_timeout", "max_conversations", "idle_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, f"must be positive, got {getattr(self, name)!r}")

@@ -158,12 +158,18 @@ class UpstreamAdapter:
         self.failure = None  # what the client gets if this call's error ends the request
         if self.sink is None:
             reply = await self._single(_request_body(fields, messages))
-            return reject_truncated(reply, local_prompt_tokens, self.spec)
-        fields["stream_options"] = {**(fields.get("stream_options") or {}), "include_usage": True}
-        reply = await self._streamed(_request_body(fields, messages), self.sink)
+        else:
+            fields["stream_options"] = {**(fields.get("stream_options") or {}), "include_usage": True}
+            reply = await self._streamed(_request_body(fields, messages), self.sink)
+        return self.checked(reply, local_prompt_tokens)
+
+    def checked(self, reply: ModelReply, local_prompt_tokens: int | None) -> ModelReply:
+        """`reply`, unless the upstream cut the prompt unasked (see the module docs)."""
         try:
             return reject_truncated(reply, local_prompt_tokens, self.spec)
         except ContextOverflowError as truncated:
+            if self.sink is None:
+                raise
             raise TruncatedStreamError(
                 f"the reply already streamed was not recorded: {truncated}"
             ) from truncated

@@ -10,13 +10,16 @@ from typing import Any
 from contextkeep.testing._replies import Completion
 
 __all__ = [
+    "CREATED",
     "SSEEvent",
     "anthropic_events",
     "anthropic_message",
+    "argument_pieces",
     "model_list",
     "ollama_show",
     "openai_chunks",
     "openai_completion",
+    "text_pieces",
 ]
 
 SSEEvent = tuple[str | None, Any]
@@ -26,9 +29,14 @@ CREATED = 1_700_000_000
 """Fixed `created` timestamp so responses are byte-for-byte deterministic."""
 
 
-def _pieces(text: str) -> list[str]:
-    # One word (with its trailing space) per chunk, so clients really reassemble a stream.
+def text_pieces(text: str) -> list[str]:
+    """One word (with its trailing space) per chunk, so clients really reassemble a stream."""
     return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+
+
+def argument_pieces(arguments: str, size: int = 8) -> list[str]:
+    """Tool-call arguments in pieces of `size` characters, as providers stream them (never whole)."""
+    return [arguments[i : i + size] for i in range(0, len(arguments), size)] or [arguments]
 
 
 def _openai_finish(c: Completion) -> str:
@@ -82,13 +90,13 @@ def openai_chunks(c: Completion, include_usage: bool) -> Iterator[SSEEvent]:
     yield chunk({"role": "assistant", "content": ""})
     if c.reply.reasoning:
         yield chunk({"reasoning_content": c.reply.reasoning})
-    for piece in _pieces(c.reply.text):
+    for piece in text_pieces(c.reply.text):
         yield chunk({"content": piece})
     for index, call in enumerate(_openai_tool_calls(c)):
         opening = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
         yield chunk({"tool_calls": [{"index": index, **opening}]})
-        arguments = {"arguments": call["function"]["arguments"]}
-        yield chunk({"tool_calls": [{"index": index, "function": arguments}]})
+        for piece in argument_pieces(call["function"]["arguments"]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, _openai_finish(c))
     usage = c.usage("prompt_tokens", "completion_tokens", "total_tokens")
     if include_usage and usage is not None:
@@ -141,10 +149,11 @@ def _block_events(index: int, block: dict[str, Any]) -> Iterator[SSEEvent]:
         )
     elif kind == "text":
         empty = {**block, "text": ""}
-        deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        deltas = [{"type": "text_delta", "text": p} for p in text_pieces(block["text"])]
     else:
         empty = {**block, "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        pieces = argument_pieces(json.dumps(block["input"]))
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces]
     yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": empty}
     for delta in deltas:
         yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}

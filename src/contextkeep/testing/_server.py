@@ -34,6 +34,7 @@ from contextkeep.testing._replies import (
     UsageMode,
     default_responder,
 )
+from contextkeep.testing._responses import chat_view, response_events, response_object
 from contextkeep.testing._summary import (
     DEFAULT_SUMMARY_MARKER,
     SummaryFailure,
@@ -109,6 +110,8 @@ class FakeLLMServer:
     """How long every model call waits before it is answered (a slow upstream; `stop()` cuts it short)."""
     messages_api: bool
     """Whether `/v1/messages` is served; False: a chat-only server, which answers it 404."""
+    responses_api: bool
+    """Whether `/v1/responses` is served (with `previous_response_id` held here); False: answered 404."""
 
     def __init__(
         self,
@@ -129,6 +132,7 @@ class FakeLLMServer:
         encoder: Encoder | None = None,
         delay_seconds: float = 0.0,
         messages_api: bool = True,
+        responses_api: bool = False,
     ) -> None:
         if context_window <= 0:
             raise ConfigError("context_window", "must be positive")
@@ -143,7 +147,8 @@ class FakeLLMServer:
         self.summary_marker, self.summary_responder = summary_marker, summary_responder
         self.summary_failure, self.timeout_seconds = summary_failure, timeout_seconds
         self.architecture, self.delay_seconds = architecture, delay_seconds
-        self.messages_api = messages_api
+        self.messages_api, self.responses_api = messages_api, responses_api
+        self._held: dict[str, list[Any]] = {}  # response id → its whole input and output items
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._http: ThreadedServer | None = None
@@ -256,6 +261,7 @@ class FakeLLMServer:
             self._faults.clear()
             self._summary_faults.clear()
             self._responses = self._tool_calls = 0
+            self._held.clear()
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -267,6 +273,8 @@ class FakeLLMServer:
             return self._model_call(body, "openai")
         if route == ("POST", "/v1/messages") and self.messages_api:
             return self._model_call(body, "anthropic")
+        if route == ("POST", "/v1/responses") and self.responses_api:
+            return self._responses_call(body)
         if route == ("GET", "/v1/models"):
             return HTTPResponse(200, model_list(self.model, self.context_window))
         if route == ("POST", "/api/show"):
@@ -278,7 +286,25 @@ class FakeLLMServer:
         provider: Provider = "anthropic" if served else "openai"
         return HTTPResponse(*invalid_request(provider, f"Unknown route {method} {path}", 404))
 
-    def _model_call(self, body: Any, provider: Provider) -> HTTPResponse:
+    def _responses_call(self, body: Any) -> HTTPResponse:
+        if not isinstance(body, dict) or not body.get("model") or body.get("input") is None:
+            return HTTPResponse(*invalid_request("openai", "Missing required parameter: 'model' or 'input'."))
+        raw = body["input"]
+        items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            with self._lock:
+                held = self._held.get(previous)
+            if held is None:
+                return HTTPResponse(
+                    *invalid_request("openai", f"Previous response with id '{previous}' not found.")
+                )
+            items = [*held, *items]
+        return self._model_call(chat_view(items, body), "openai", responses=(body, items))
+
+    def _model_call(
+        self, body: Any, provider: Provider, responses: tuple[Mapping[str, Any], list[Any]] | None = None
+    ) -> HTTPResponse:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return HTTPResponse(*invalid_request(provider, "'messages' must be a list"))
         if self.delay_seconds > 0:
@@ -288,7 +314,9 @@ class FakeLLMServer:
         if fault is not None:
             return HTTPResponse(*fault.error(provider), headers=fault.headers)
         prompt = self.counter(body)
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        max_tokens = (
+            body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+        )
         rejected = self._check_window(
             "anthropic" if provider == "anthropic" else self.overflow_format, prompt, max_tokens
         )
@@ -303,6 +331,8 @@ class FakeLLMServer:
         # Only Ollama gets here with prompt > window: it reports what it kept.
         c = self._complete(body, reply, min(prompt, self.context_window), max_tokens)
         stream = bool(body.get("stream"))
+        if responses is not None:
+            return self._responses_answer(c, *responses, stream)
         if provider == "anthropic":
             return (
                 HTTPResponse(events=anthropic_events(c))
@@ -313,6 +343,14 @@ class FakeLLMServer:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return HTTPResponse(events=openai_chunks(c, include_usage))
         return HTTPResponse(200, openai_completion(c))
+
+    def _responses_answer(
+        self, c: Completion, body: Mapping[str, Any], items: list[Any], stream: bool
+    ) -> HTTPResponse:
+        final = response_object(c, body)
+        with self._lock:  # its id may come back as a `previous_response_id`
+            self._held[final["id"]] = [*items, *final["output"]]
+        return HTTPResponse(events=response_events(c, body)) if stream else HTTPResponse(200, final)
 
     def _check_window(self, fmt: OverflowFormat, prompt: int, max_tokens: int | None) -> HTTPResponse | None:
         window = self.context_window
