@@ -119,16 +119,17 @@ class ContextConfig(BaseModel):
 
     The names come from the call that produced the output and the messages right after it, so the
     preview is the same whenever it is built again (the cached prefix holds); a preview that would
-    not be shorter than the output leaves them out. On the DeepSeek replays it keeps 0.954 of the
-    reused terms in view instead of 0.949, at a slightly lower cost."""
+    not be shorter than the output leaves them out. On the DeepSeek replays it keeps 0.976 of the
+    reused terms in view instead of 0.972, at a slightly lower cost."""
     drop_digest_tokens: int = Field(default=2_500, ge=0)
     """Tokens of the working-set digest shown with the dropped-rounds marker of layer 2 (0: marker only).
 
     Verbatim and model-free: the agent's commands from the dropped rounds, each with its output's
     reference, then the lines of their outputs and of the agent's code that name most of what the
     agent used. Made when the rounds are dropped, unchanged until the next drop (no extra cache
-    breaks). On the DeepSeek replays it keeps 0.95 of the reused terms in view instead of 0.90, at
-    the same cost: the rounds dropped to make room for it were worth less than it."""
+    breaks); at most a tenth of the budget (a bigger one would soon refill a small window). On the
+    DeepSeek replays it keeps 0.976 of the reused terms in view (0.960 with their context) instead
+    of 0.897 (0.884), at a lower cost: the rounds dropped to make room for it were worth less."""
     min_keep_tokens: int = Field(default=10_000, ge=0)
     """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
     min_keep_tokens_max_ratio: float = Field(default=0.15, gt=0, le=1)

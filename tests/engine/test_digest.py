@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +45,103 @@ async def test_dropped_rounds_leave_their_commands_with_references_and_the_lines
         (marker,) = [m for m in view.neutral if m.metadata.get("ck_kind") == "dropped"]
         text = marker.text
         assert "L2" in view.compacted and "Working set of the removed rounds" in text
-        # One line per command, its output's reference beside it; the heredoc body is not on it.
-        assert (
-            "- grep -n compute_total_price src/app.py  # 0 → [Full detail available at: sessions/c/tool_result-c0.txt]"
-            in text
+        # One line per command, its own output's reference beside it, the newest first to stay.
+        shown = re.findall(r"- grep -n compute_total_price src/app.py  # (\d+) → (\[.*\])", text)
+        assert shown and all(
+            ref == f"[Full detail available at: sessions/c/tool_result-c{i}.txt]" for i, ref in shown
         )
-        assert "- cat <<'EOF' > fix_2.py →" in text
+        assert "earlier command(s) left out" in text
         # The lines naming what the agent used come verbatim; the noise does not.
         assert "120: def compute_total_price(items):  # seen at" in text
-        assert "app.compute_total_price([]) == 0" in text
+        assert "app.compute_total_price([]) == 0" in text and "noise line" not in text
         assert await assert_references_readable(cm.workspace, [marker]) > 1
         counter = PromptCounter(HeuristicEncoder(), OpenAIFraming())
         digest = text.split("\n", 1)[1]
-        assert counter.count_text(digest) <= 1200 + 20
+        # At most a tenth of the 4,000-token budget: in a small window a bigger one would soon refill it.
+        assert counter.count_text(digest) <= 400 + 20
         # Nothing dropped since: the digest (so the prefix) is the same at the next call.
         await s.add([{"role": "user", "content": "go on"}])
         again = await s.prepare()
         assert [m.text for m in again.neutral if m.metadata.get("ck_kind") == "dropped"] == [text]
+
+
+def _digest(history: list[dict[str, Any]], budget: int = 2000, refs: dict[str, str] | None = None) -> str:
+    """The digest of every message after the task, with the given offload references on tool outputs."""
+    transcript = [
+        m.with_metadata(ck_ref=(refs or {})[m.tool_call_id]) if m.tool_call_id in (refs or {}) else m
+        for m in from_openai(history)
+    ]
+    counter = PromptCounter(HeuristicEncoder(), OpenAIFraming())
+    return build_digest(transcript, 2, len(transcript) - 1, counter, budget).text
+
+
+def test_a_command_shows_what_ran_after_its_heredoc_but_not_the_body() -> None:
+    script = "cat > fix.py << 'EOF'\nimport app\napp.compute_total_price([]) == 0\nEOF\npython fix.py"
+    history = [
+        SYSTEM,
+        TASK,
+        call("c0", script),
+        result("c0", "ok"),
+        call("c1", "cat <<'EOF' > t.py\nx = 1\nEOF"),
+    ]
+    history += [result("c1", ""), {"role": "assistant", "content": "compute_total_price works"}]
+    lines = _digest(history).splitlines()
+    assert "- cat > fix.py << 'EOF' … EOF python fix.py" in lines
+    assert "- cat <<'EOF' > t.py" in lines  # nothing ran after the body: nothing to add
+    assert "app.compute_total_price([]) == 0" in lines  # the body is the agent's code: a line of its own
+
+
+def test_a_command_run_again_shows_once_with_its_newest_output() -> None:
+    history = [SYSTEM, TASK]
+    for i, outcome in enumerate(("1 failed: test_total_price", "all passed", "1 failed: test_total_price")):
+        history += [call(f"c{i}", "pytest -q tests/test_app.py"), result(f"c{i}", outcome)]
+    history.append({"role": "assistant", "content": "test_total_price fails again"})
+    refs = {f"c{i}": f"out-{i}.txt" for i in range(3)}
+    commands = [line for line in _digest(history, refs=refs).splitlines() if line.startswith("- pytest")]
+    assert commands == ["- pytest -q tests/test_app.py → [Full detail available at: out-2.txt]"]
+
+
+def test_a_line_that_is_little_more_than_a_name_comes_with_the_line_above_it() -> None:
+    code = "def save(content):\n    with open('src/app.py', 'w') as f:\n        f.write(content)\n    return True"
+    history = [SYSTEM, TASK, call("c0", "cat src/store.py"), result("c0", f"{FILLER}\n{code}\n{FILLER}")]
+    history.append({"role": "assistant", "content": "f.write(content) must flush first"})
+    text = _digest(history)
+    assert "with open('src/app.py', 'w') as f:\nf.write(content)" in text
+
+
+def test_calls_to_several_tools_name_the_tool() -> None:
+    def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        function = {"name": name, "arguments": json.dumps(arguments)}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+
+    history = [
+        SYSTEM,
+        TASK,
+        tool_call("c0", "get_reservation", {"reservation_id": "ZX9Q7"}),
+        result("c0", "{}"),
+    ]
+    history += [tool_call("c1", "cancel_reservation", {"reservation_id": "ZX9Q7"}), result("c1", "done")]
+    history.append({"role": "assistant", "content": "ZX9Q7 is cancelled"})
+    lines = _digest(history).splitlines()
+    assert "- get_reservation ZX9Q7" in lines and "- cancel_reservation ZX9Q7" in lines
+
+
+def test_an_output_of_one_long_json_line_is_kept_in_pieces() -> None:
+    flights = [
+        {"flight_number": f"HAT{n:03d}", "origin": "JFK", "destination": "SEA", "price": 100 + n}
+        for n in range(12)
+    ]
+    output = json.dumps({"reservation_id": "ZX9Q7", "user_id": "mia_li_3668", "flights": flights})
+    history = [SYSTEM, TASK, call("c0", "get_reservation ZX9Q7"), result("c0", output)]
+    history.append({"role": "assistant", "content": "Booked for mia_li_3668 on HAT007"})
+    lines = _digest(history).splitlines()
+    assert len(output) > 1000 and output not in lines
+    assert any('"user_id": "mia_li_3668",' in line and line in output for line in lines)
+    assert any('"flight_number": "HAT007",' in line and line in output for line in lines)
 
 
 def test_a_digest_without_budget_is_empty_and_one_that_runs_out_says_so() -> None:

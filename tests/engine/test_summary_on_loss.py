@@ -58,11 +58,18 @@ async def test_a_long_run_whose_digest_overflows_gets_a_summary_holding_the_dige
 
 
 async def test_a_digest_that_holds_everything_needs_no_summary(tmp_path: Path) -> None:
+    # Long rounds (the agent's own prose) with nothing but their commands worth keeping: a small digest.
+    history = [SYSTEM, TASK]
+    for i in range(12):
+        history += [{**call(f"c{i}", f"cat part_{i}.txt"), "content": "plain words only " * 80}]
+        history.append(result(f"c{i}", "done"))
     cm = _manager(tmp_path, ExtractiveSummarizer(), drop_digest_tokens=2_000)
     async with cm.session("c") as s:
-        await s.add(_long_run(12))
+        await s.add(history)
         view = await s.prepare()
         assert "L2" in view.compacted and "L3" not in view.compacted
+        (marker,) = [m for m in view.neutral if m.metadata.get("ck_kind") == "dropped"]
+        assert "- cat part_0.txt" in marker.text.splitlines()
 
 
 async def test_without_a_summariser_of_its_own_the_overflowing_digest_stays(tmp_path: Path) -> None:

@@ -21,6 +21,9 @@ from contextkeep._rounds import Round
 
 __all__ = ["DropLayer", "DropPlan", "drop", "plan_drop"]
 
+_DIGEST_MAX_SHARE = 0.1
+"""The largest share of the effective budget the digest takes."""
+
 
 class DropLayer:
     """L2: drop the oldest rounds down to the target, within the keep limits."""
@@ -56,7 +59,7 @@ def drop(
         if out.state.drop_cursor <= max(start, summarised):  # no marker in view: one comes with the drop
             excess += _marker_tokens(ctx, candidates)
         # The digest grows with the drop, up to its budget (a generous estimate: the view is measured).
-        digest_budget = ctx.config.drop_digest_tokens
+        digest_budget = _digest_budget(ctx)
         excess += max(digest_budget - len(out.state.drop_digest) // 4, 0) if digest_budget else 0
         plan = plan_drop(
             candidates,
@@ -80,6 +83,13 @@ def drop(
             drop_digest_full=digest.full,
         )
         ctx.propose(layer, new, span=plan.removed, references=(removed,))
+
+
+def _digest_budget(ctx: PassContext) -> int:
+    """`drop_digest_tokens`, at most a tenth of the budget: in a small window it would refill the view."""
+    cap = ctx.budget.tokens_at(_DIGEST_MAX_SHARE)
+    budget = ctx.config.drop_digest_tokens
+    return budget if cap is None else min(budget, cap)
 
 
 def _marker_tokens(ctx: PassContext, candidates: Sequence[Round]) -> int:

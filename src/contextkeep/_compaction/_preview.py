@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contextkeep._compaction._words import command_text, names_in
+from contextkeep._compaction._words import names_in, said
 from contextkeep._messages import Message
 
 __all__ = ["used_lines"]
@@ -31,7 +31,7 @@ def _used_names(transcript: Sequence[Message], index: int, span: int) -> set[str
     names: set[str] = set()
     for m in transcript[max(low - 1, 0) : index + 1 + span]:
         if m.role == "assistant":
-            names |= names_in(m.text + "\n".join(command_text(c) for c in m.tool_calls))
+            names |= names_in(said(m))
     return names
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from contextkeep._messages import ToolCall
+from contextkeep._messages import Message, ToolCall
 
-__all__ = ["command_text", "names_in"]
+__all__ = ["command_text", "names_in", "said"]
 
 _NAME = re.compile(r"[A-Za-z_][\w]*(?:[./:-]\w+)*|\d{3,}")
 
@@ -28,3 +28,8 @@ def command_text(call: ToolCall) -> str:
 def names_in(text: str) -> set[str]:
     """The names in `text` a digest (or preview) weighs: identifiers and paths of 4+ characters, numbers."""
     return {n for n in _NAME.findall(text) if len(n) >= 4 or n[0].isdigit()}
+
+
+def said(m: Message) -> str:
+    """What a message says: its text, then each call's tool name and command, one a line."""
+    return "\n".join([m.text, *(f"{c.name} {command_text(c)}" for c in m.tool_calls)])
