@@ -70,6 +70,25 @@ def test_a_name_inside_a_longer_name_is_in_view_but_not_whole() -> None:
     assert probe.in_view and not probe.whole and not probe.in_context
 
 
+def test_a_term_seen_earlier_only_inside_longer_text_is_no_probe() -> None:
+    # `100,200p` holds `200` glued to a letter: a later "200 lines" does not reuse that item, and a
+    # view quoting the output verbatim could never hold it as a whole token.
+    call = ToolCall(id="c1", name="bash", arguments='{"command": "head src/shop/cart.py"}')
+    body = "\n    return sum(item.price for item in items)  # see 100,200p"
+    transcript = [
+        *_transcript()[:2],
+        Message(role="assistant", content="Reading.", tool_calls=(call,), id="a1"),
+        Message(role="tool", tool_call_id="c1", content=f"def compute_total_price(items):{body}", id="t1"),
+        Message(role="assistant", content="compute_total_price spans 200 lines.", id="a2"),
+    ]
+    quoted = Message(
+        role="tool", tool_call_id="c1", content=f"(was) def compute_total_price(items):{body}", id="t1"
+    )
+    probes = Retention(transcript).probes(0, 4, [*transcript[:3], quoted])
+    assert [p.term for p in probes] == ["compute_total_price"]
+    assert _shares(probes) == (1.0, 1.0, 1.0)
+
+
 def test_normalise_decodes_json_escapes_and_collapses_whitespace() -> None:
     assert normalise('a\\n\\t  b \\"c\\" \\u00e9\n\n d') == 'a b "c" é d'
 

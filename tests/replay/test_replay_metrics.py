@@ -202,13 +202,13 @@ async def test_default_strategy_meets_the_cost_and_retention_targets_on_the_deep
     default, rolling = totals["default"], totals["rolling-mask"]
     assert sum(m.over_budget_calls for m in default) == 0
     assert sum(m.invariant_violations for m in default) == 0
-    # Measured: pooled 0.976 in view, 0.961 whole, 0.960 in context (per-run minimum 0.923, where
-    # 1 of sqlfluff's 13 probes occurs earlier only glued to other characters: no view can hold it
-    # in context), 0.982 recoverable by one reference named with its command; without the digest
-    # 0.897 / 0.884, without the lines the agent used in masked previews 0.972 / 0.957.
-    assert (pooled(default, "frr_in_view") or 0) >= 0.97
-    assert (pooled(default, "frr_context") or 0) >= 0.955
-    assert (per_run_min(default, "frr_context") or 0) >= 0.92
+    # Measured: pooled 0.978 in view, 0.977 whole, 0.976 in context (per-run minimum 0.958), 0.983
+    # recoverable by one reference named with its command. A probe's first occurrence is a whole
+    # token: 24 probes whose earlier text held the term only glued to other characters (`200` in
+    # `100,200p`) could never pass the context test and are no probes.
+    assert (pooled(default, "frr_in_view") or 0) >= 0.975
+    assert (pooled(default, "frr_context") or 0) >= 0.97
+    assert (per_run_min(default, "frr_context") or 0) >= 0.95
     assert (pooled(default, "frr_recoverable") or 0) >= 0.98
     assert all(m.prefix_breaks <= 5 for m in default)
     cached = sum((m.cacheable_prefix_fraction or 0) * m.cumulative_view_tokens for m in default)

@@ -23,7 +23,7 @@ from contextkeep._compaction._digest import command_text
 from contextkeep._errors import ContextKeepError
 from contextkeep._messages import Message, message_from_dict
 from contextkeep._offload.workspace import Workspace
-from contextkeep.replay._context import ContextIndex, normalise, presence
+from contextkeep.replay._context import ContextIndex, normalise, presence, whole_pattern
 from contextkeep.replay.engine import references_in
 
 __all__ = ["Retention", "RetentionProbe", "extract_terms", "searchable"]
@@ -69,8 +69,8 @@ class RetentionProbe:
 
     For the reply produced by call `call` (transcript index `reply`), each term of
     :func:`extract_terms` in the reply's searchable text whose first occurrence (the
-    lowest transcript index whose searchable text contains it) lies in an earlier
-    message that the call's view does not show verbatim is a probe.
+    lowest transcript index whose searchable text contains it as a whole token) lies in an
+    earlier message that the call's view does not show verbatim is a probe.
     """
 
     call: int
@@ -209,8 +209,10 @@ class _FirstSeen:
     def __call__(self, term: str) -> int:
         found = self._cache.get(term)
         if found is None:
-            at = self._text.find(term)
-            found = self._cache[term] = bisect_right(self._starts, at) - 1 if at >= 0 else -1
+            # As a whole token: `200` inside `100,200p` is not the item a later `200` reuses (a view
+            # keeping that text verbatim could not pass the whole-token and context tests with it).
+            match = whole_pattern(term).search(self._text)
+            found = self._cache[term] = bisect_right(self._starts, match.start()) - 1 if match else -1
         return found
 
 
