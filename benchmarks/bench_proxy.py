@@ -7,7 +7,9 @@ the difference is the proxy's own time: parsing, finding what is new, budgeting,
 the second HTTP hop. The proxy runs in a process of its own (as `contextkeep serve`
 does), counts with tiktoken `o200k_base` and stores in SQLite; the upstream counts
 tokens cheaply (bytes / 4) so it stays out of the figures. Parsing the body
-(`json.loads`, which the proxy must do) is timed on its own.
+(`json.loads`, which the proxy must do) is timed on its own. On Linux the proxy
+process's CPU time per call (every thread, from `/proc`) is reported too: it moves far
+less than the latencies when other work competes for the cores.
 
     pip install -e '.[dev]'
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_proxy.py [--sizes 50,200,500,1000]
@@ -73,6 +75,15 @@ def history(n: int) -> list[dict[str, Any]]:
     return out[:n] if out[n - 1]["role"] != "assistant" else out[: n - 1]
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """Seconds of CPU every thread of process `pid` used so far (Linux `/proc`), `None` elsewhere."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
 def timed(client: httpx.Client, url: str, raw: bytes, headers: Mapping[str, str]) -> tuple[float, Any]:
     start = time.perf_counter()
     response = client.post(url, content=raw, headers={"content-type": "application/json", **headers})
@@ -81,22 +92,26 @@ def timed(client: httpx.Client, url: str, raw: bytes, headers: Mapping[str, str]
     return elapsed, response.json()
 
 
-def measure(client: httpx.Client, upstream: str, proxy: str, n: int, calls: int) -> dict[str, Any]:
+def measure(client: httpx.Client, upstream: str, proxy: str, pid: int, n: int, calls: int) -> dict[str, Any]:
     messages = history(n)
     conversation = {"x-conversation-id": f"bench-{n}"}
     body = {"model": "bench-model", "messages": messages}
     _, reply = timed(client, proxy, json.dumps(body).encode(), conversation)  # stores the history
     messages.append(reply["choices"][0]["message"])
     messages.append({"role": "user", "content": tool_output(n)})
-    direct, proxied, parse = [], [], []
+    direct, proxied, parse, cpu = [], [], [], []
     for step in range(calls):
         raw = json.dumps(body).encode()
         start = time.perf_counter()
         json.loads(raw)
         parse.append(time.perf_counter() - start)
         direct.append(timed(client, upstream, raw, {})[0])
+        before = cpu_seconds(pid)
         elapsed, reply = timed(client, proxy, raw, conversation)
+        after = cpu_seconds(pid)
         proxied.append(elapsed)
+        if before is not None and after is not None:
+            cpu.append(after - before)
         messages.append(reply["choices"][0]["message"])
         messages.append({"role": "user", "content": tool_output(n + step + 1)})
     added = sorted(p - d for p, d in zip(proxied, direct, strict=True))
@@ -108,23 +123,24 @@ def measure(client: httpx.Client, upstream: str, proxy: str, n: int, calls: int)
         "added_median_ms": round(statistics.median(added) * 1000, 2),
         "added_p90_ms": round(added[int(0.9 * (len(added) - 1))] * 1000, 2),
         "json_parse_ms": round(statistics.median(parse) * 1000, 2),
+        "proxy_cpu_ms": round(statistics.median(cpu) * 1000, 2) if cpu else None,
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = "| messages | body KB | direct ms | through proxy ms | added ms (median) | added ms (p90) "
-    head += "| JSON parse ms |"
-    lines = [head, "|---:|---:|---:|---:|---:|---:|---:|"]
+    head += "| JSON parse ms | proxy CPU ms |"
+    lines = [head, "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cells = [r[k] for k in ("messages", "body_kb", "direct_ms", "proxy_ms", "added_median_ms")]
-        cells += [r["added_p90_ms"], r["json_parse_ms"]]
+        cells += [r["added_p90_ms"], r["json_parse_ms"], r["proxy_cpu_ms"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
 @contextmanager
-def proxy_process(upstream: str, tmp: Path, store: str | None, port: int = 8791) -> Iterator[str]:
-    """The proxy in a process of its own, until the block ends (SQLite in `tmp` unless `store`)."""
+def proxy_process(upstream: str, tmp: Path, store: str | None, port: int = 8791) -> Iterator[tuple[str, int]]:
+    """The proxy in a process of its own (URL, pid) until the block ends (SQLite in `tmp` unless `store`)."""
     args = [upstream, store or f"sqlite:///{tmp / 'ck.db'}", str(tmp / "ws"), str(port), str(WINDOW)]
     proc = subprocess.Popen([sys.executable, "-c", SERVE, *args], env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
@@ -138,7 +154,7 @@ def proxy_process(upstream: str, tmp: Path, store: str | None, port: int = 8791)
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the proxy did not start") from None
                 time.sleep(0.2)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -148,14 +164,13 @@ def main(sizes: list[int], calls: int, store: str | None) -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         FakeLLMServer(model="bench-model", context_window=WINDOW, counter=cheap_count) as upstream,
-        proxy_process(upstream.base_url, Path(tmp), store) as proxy,
+        proxy_process(upstream.base_url, Path(tmp), store) as (proxy, pid),
         httpx.Client(timeout=60) as client,
     ):
         rows = []
         for n in sizes:
-            row = measure(
-                client, f"{upstream.base_url}/chat/completions", f"{proxy}/v1/chat/completions", n, calls
-            )
+            direct, proxied = f"{upstream.base_url}/chat/completions", f"{proxy}/v1/chat/completions"
+            row = measure(client, direct, proxied, pid, n, calls)
             print(row, flush=True)
             rows.append(row)
     print()

@@ -2,21 +2,23 @@
 
 Both are versioned store documents written with compare-and-set; the usage state is kept per
 scope (agent, agent version, model). Nothing here decides what a state should become: callers
-pass the change, and a lost race applies it again on top of the winner's state.
+pass the change, and a lost race applies it again on top of the winner's state. A usage change
+can also travel with a transcript append (:meth:`Documents.usage_save`): a recorded reply and
+the usage it reported are then one store write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from contextkeep._baseline import USAGE_DOCUMENT, UsageState
 from contextkeep._cas import LOST, CompareAndSet, Lost
 from contextkeep._compaction.state import CompactionState
-from contextkeep.stores.base import Store
+from contextkeep.stores.base import DocumentWrite, Store
 
-__all__ = ["COMPACTION_DOCUMENT", "Documents"]
+__all__ = ["COMPACTION_DOCUMENT", "Documents", "UsageSave"]
 
 COMPACTION_DOCUMENT: Final = "compaction"
 """The store document kind the compaction state is saved under."""
@@ -74,21 +76,48 @@ class Documents:
 
     async def save_usage(self, new: UsageState) -> None:
         """Save the usage figures of `new`; on conflict reload and save them over the winner's."""
+        pending = self.usage_save(lambda _: new)
 
         async def attempt() -> Literal[Lost.LOST] | None:
-            wanted = replace(new, version=self.usage.version)
-            if wanted == self.usage:
+            write = pending.write()
+            if write is None:
                 return None
             save = self.store.save_document(
                 self.conversation_id,
                 USAGE_DOCUMENT,
-                wanted.to_dict(),
-                expected_version=wanted.version,
+                write.data,
+                expected_version=write.expected_version,
                 scope=self.scope,
             )
             if not await self._cas.write(USAGE_DOCUMENT, save):
                 return LOST  # another instance recorded first: its figures are as new as ours
-            self.usage = replace(wanted, version=wanted.version + 1)
+            pending.written(write)
             return None
 
         await self._cas.retry(attempt, f"save the usage state of {self.conversation_id!r}: it kept changing")
+
+    def usage_save(self, change: Callable[[UsageState], UsageState]) -> UsageSave:
+        """`change` to the usage state as a save an append can carry (see `Transcript.saving`)."""
+        return UsageSave(self, change)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSave:
+    """A change to the usage state, applied to the state as last loaded when it is written."""
+
+    documents: Documents
+    """Whose usage state it changes."""
+    change: Callable[[UsageState], UsageState]
+    """The new state from the current one."""
+
+    def write(self) -> DocumentWrite | None:
+        """The save of the changed state over the current version (`None` when nothing changes)."""
+        current = self.documents.usage
+        wanted = replace(self.change(current), version=current.version)
+        if wanted == current:
+            return None
+        return DocumentWrite(USAGE_DOCUMENT, wanted.to_dict(), current.version, self.documents.scope)
+
+    def written(self, write: DocumentWrite) -> None:
+        """`write` is stored: the state it saved is the current one."""
+        self.documents.usage = UsageState.from_dict(write.data, write.expected_version + 1)

@@ -324,8 +324,14 @@ class Session:
         usage = usage or found or Usage()
         self.last_usage = usage
         self._calibrate(usage)  # before the reply joins the transcript: the view is the prompt it counted
-        (stored,) = await self.add([message])
-        if self.config.usage_policy_enabled:
+        enabled = self.config.usage_policy_enabled
+        # The new usage state is written with the reply (one store write); `_observe` then finds it saved.
+        observed = (
+            self._docs.usage_save(lambda state: self._policy.observe(state, usage)) if enabled else None
+        )
+        with self._log.saving(observed):
+            (stored,) = await self.add([message])
+        if enabled:
             await self._observe(usage)
         return stored
 

@@ -22,7 +22,7 @@ from contextkeep import ContextManager, ModelSpec
 from contextkeep._errors import StoreError
 from contextkeep._messages import Message
 from contextkeep.stores import RedisStore, SQLStore, Store, open_store
-from stores.test_stores import SERVERS, _unreachable
+from stores.store_backends import SERVERS, unreachable
 from support import backends, call, result, service_unavailable
 from support.tcp_proxy import Proxy
 
@@ -46,7 +46,7 @@ def _via(name: str, port: int, prefix: str, **params: str) -> str:
 async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Proxy, str]]:
     """(backend, a proxy in front of its server, a fresh prefix); drops the prefix's data after."""
     name = request.param
-    if reason := _unreachable(name):
+    if reason := unreachable(name):
         service_unavailable(name, reason)
     port = urlsplit(SERVERS[name]).port or {"postgresql": 5432, "mariadb": 3306, "redis": 6379}[name]
     prefix = f"flt{uuid.uuid4().hex[:8]}" + (":" if name == "redis" else "_")

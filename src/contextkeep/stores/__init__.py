@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from contextkeep.stores.base import Document, MigratableStore, NamedStore, Store
+from contextkeep.stores.base import AtomicStore, Document, DocumentWrite, MigratableStore, NamedStore, Store
 from contextkeep.stores.memory import MemoryStore
 from contextkeep.stores.url import default_store_url, migrate, open_store
 
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from contextkeep.stores.sql import SQLStore
 
 __all__ = [
+    "AtomicStore",
     "Document",
+    "DocumentWrite",
     "MemoryStore",
     "MigratableStore",
     "NamedStore",

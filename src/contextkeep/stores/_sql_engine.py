@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 from contextkeep._errors import StoreError
-from contextkeep.stores._sql_inline import InlineSQLite
+from contextkeep.stores._sql_inline import DataVersion, InlineSQLite
 from contextkeep.stores._timeouts import Expired, Timeouts, watch_checkouts, watchdog_of
 
 __all__ = ["Database", "async_url"]
@@ -184,6 +184,11 @@ class Database:
                 if watchdog is not None and watchdog.fired:
                     raise Expired("statement", self.timeouts.statement) from exc
                 raise
+
+    @property
+    def data_version(self) -> Callable[[], DataVersion | None] | None:
+        """Reads SQLite's data version on the connection transactions run on (a SQLite file only)."""
+        return self._inline.data_version if self._inline is not None else None
 
     async def dispose(self) -> None:
         """Release every pooled connection."""

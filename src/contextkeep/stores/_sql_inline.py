@@ -28,12 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contextkeep.stores._timeouts import Expired
 
-__all__ = ["PREBUILT", "InlineConnection", "InlineSQLite", "is_busy"]
+__all__ = ["PREBUILT", "DataVersion", "InlineConnection", "InlineSQLite", "is_busy"]
 
 _T = TypeVar("_T")
 _FIRST_BACKOFF_S = 0.001
 _MAX_BACKOFF_S = 0.05
 
+
+DataVersion = tuple[int, int]
+"""Which connection, and SQLite's `PRAGMA data_version` on it."""
 
 PREBUILT = "contextkeep_prebuilt"
 """Execution option marking a statement built once per store: run through the raw cursor here."""
@@ -138,10 +141,12 @@ class InlineSQLite:
         self._engine = engine
         self._conn: sa.Connection | None = None
         self._compiled: dict[object, _Compiled] = {}
+        self._connections = 0  # connections opened: a data version means nothing on another one
 
     def _connection(self) -> sa.Connection:
         if self._conn is None or self._conn.closed or self._conn.invalidated:
             self._conn = self._engine.connect()
+            self._connections += 1
         return self._conn
 
     async def run(
@@ -173,6 +178,18 @@ class InlineSQLite:
                     raise Expired("waiting for the database lock", seconds) from exc
             await asyncio.sleep(random.uniform(backoff / 2, backoff))  # jitter: writers do not retry in step
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def data_version(self) -> DataVersion | None:
+        """The connection and its `PRAGMA data_version`, which changes when another connection commits.
+
+        Read within the transaction running, if any; `None` when it cannot be read.
+        """
+        try:
+            dbapi = self._connection().connection.dbapi_connection
+            assert dbapi is not None  # a connection just checked out
+            return self._connections, int(dbapi.execute("PRAGMA data_version").fetchone()[0])
+        except (sa.exc.SQLAlchemyError, sqlite3.Error):
+            return None
 
     def dispose(self) -> None:
         """Close the connection."""

@@ -10,10 +10,11 @@ and `save_document` the version it read. A stale expectation returns `False`
 and writes nothing; read-then-blind-write is never done. Any other failure
 raises (:class:`~contextkeep.StoreError` from the built-in stores).
 
-Two capabilities are optional, each a typed sub-protocol of :class:`Store`: a
+Three capabilities are optional, each a typed sub-protocol of :class:`Store`: a
 :class:`NamedStore` names its backend (`sqlite`, `redis`, ...), which events and
 metrics label failed saves with; a :class:`MigratableStore` creates or upgrades
-its schema on demand (`contextkeep migrate`).
+its schema on demand (`contextkeep migrate`); an :class:`AtomicStore` appends and
+saves a document in one transaction (a recorded reply and its usage: one commit).
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from contextkeep._events import StoreSaveFailed
 from contextkeep._messages import Message
 
-__all__ = ["Document", "MigratableStore", "NamedStore", "Store", "backend_name", "reporting_failure"]
+__all__ = [
+    "AtomicStore",
+    "Document",
+    "DocumentWrite",
+    "MigratableStore",
+    "NamedStore",
+    "Store",
+    "backend_name",
+    "reporting_failure",
+]
 
 _T = TypeVar("_T")
 
@@ -38,6 +48,20 @@ class Document:
     """The content."""
     version: int
     """Version of this content; 0 means "never saved"."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentWrite:
+    """One `save_document` call, made together with an append (see :class:`AtomicStore`)."""
+
+    kind: str
+    """The document kind."""
+    data: Mapping[str, Any]
+    """The content to save."""
+    expected_version: int
+    """The version the save expects stored (it writes `expected_version + 1`)."""
+    scope: str = ""
+    """The document scope."""
 
 
 @runtime_checkable
@@ -117,6 +141,27 @@ class MigratableStore(Store, Protocol):
 
     async def migrate(self) -> int:
         """Create or upgrade the schema whatever the store's own settings say; the version reached."""
+        ...
+
+
+@runtime_checkable
+class AtomicStore(Store, Protocol):
+    """A store that appends and saves a document in one transaction."""
+
+    async def append_and_save(
+        self,
+        conversation_id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        document: DocumentWrite,
+    ) -> bool:
+        """`append` and `save_document(document)` as one write: `True` when both were written.
+
+        `False`, and nothing written, when either expectation is stale, or the batch is already
+        stored (a retry): the caller then makes the two writes one by one, which tells which
+        one lost and keeps `append` idempotent.
+        """
         ...
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from contextkeep._messages import Message
 from contextkeep.stores._idempotent import same_batch
-from contextkeep.stores.base import Document
+from contextkeep.stores.base import Document, DocumentWrite
 
 __all__ = ["MemoryStore"]
 
@@ -43,6 +43,28 @@ class MemoryStore:
             self._messages.setdefault(conversation_id, stored).extend(messages)
             return True
 
+    async def append_and_save(
+        self,
+        conversation_id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        document: DocumentWrite,
+    ) -> bool:
+        """`append` and `save_document(document)` at once: both, or neither and `False`."""
+        async with self._lock:
+            stored = self._messages.get(conversation_id, [])
+            key = (conversation_id, document.kind, document.scope)
+            if len(stored) != expected_length or self._version(key) != document.expected_version:
+                return False
+            self._messages.setdefault(conversation_id, stored).extend(messages)
+            self._documents[key] = Document(dict(document.data), document.expected_version + 1)
+            return True
+
+    def _version(self, key: tuple[str, str, str]) -> int:
+        stored = self._documents.get(key)
+        return 0 if stored is None else stored.version
+
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[Message]:
@@ -70,7 +92,7 @@ class MemoryStore:
         """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
         async with self._lock:
             key = (conversation_id, kind, scope)
-            if self._documents.get(key, Document({}, 0)).version != expected_version:
+            if self._version(key) != expected_version:
                 return False
             self._documents[key] = Document(dict(data), expected_version + 1)
             return True

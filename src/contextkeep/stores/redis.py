@@ -3,7 +3,8 @@
 Compare-and-set runs in Lua scripts, which Redis executes atomically:
 `append` checks `LLEN == expected_length` before `RPUSH` (a retried batch found already
 stored there succeeds: see `_idempotent`), `save_document`
-checks the stored version before `HSET`. A lease is `SET key owner NX PX ttl`
+checks the stored version before `HSET`, and `append_and_save` makes both checks before
+either write. A lease is `SET key owner NX PX ttl`
 (Redis expires it by its own clock); the same owner renews it by a compare in
 Lua.
 
@@ -34,7 +35,7 @@ from contextkeep._errors import ConfigError, SchemaVersionError, StoreError
 from contextkeep._messages import Message, message_from_dict, message_json
 from contextkeep.stores._idempotent import already_stored
 from contextkeep.stores._timeouts import DEFAULT_TIMEOUTS
-from contextkeep.stores.base import Document
+from contextkeep.stores.base import Document, DocumentWrite
 
 __all__ = ["DEFAULT_KEY_PREFIX", "SCHEMA_VERSION", "RedisStore"]
 
@@ -63,6 +64,20 @@ local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if stored ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'version', stored + 1, 'data', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: the transcript, the document, its scope set; ARGV: expected length, expected version,
+# data, scope, then the messages. Both checks pass before anything is written.
+_APPEND_AND_SAVE = """
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
+local stored = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+if stored ~= tonumber(ARGV[2]) then return 0 end
+for i = 5, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('HSET', KEYS[2], 'version', stored + 1, 'data', ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
 return 1
 """
 
@@ -120,6 +135,7 @@ class RedisStore:
         self._prefix = key_prefix
         self._append = self._client.register_script(_APPEND)
         self._save_document = self._client.register_script(_SAVE_DOCUMENT)
+        self._append_and_save = self._client.register_script(_APPEND_AND_SAVE)
         self._acquire_lease = self._client.register_script(_ACQUIRE_LEASE)
         self._release_lease = self._client.register_script(_RELEASE_LEASE)
         self._checked = False
@@ -178,6 +194,29 @@ class RedisStore:
             return True
         # A lost reply (redis-py resends the script after a dropped connection) may hide our own win.
         return await already_stored(self, conversation_id, messages, expected_length)
+
+    async def append_and_save(
+        self,
+        conversation_id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        document: DocumentWrite,
+    ) -> bool:
+        """`append` and `save_document(document)` in one script: both, or neither and `False`."""
+        bodies = [message_json(m) for m in messages]
+        d = document
+        async with self._errors("append_and_save"):
+            if expected_length == 0 and bodies:
+                await self._client.sadd(self._conversations_key, conversation_id)
+            keys = [
+                self._key(conversation_id, "messages"),
+                self._document_key(conversation_id, d.kind, d.scope),
+                self._scopes_key(conversation_id, d.kind),
+            ]
+            args: list[str | int] = [expected_length, d.expected_version, _dumps(dict(d.data)), d.scope]
+            args += bodies
+            return bool(await self._append_and_save(keys=keys, args=args))
 
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None

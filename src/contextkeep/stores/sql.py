@@ -12,6 +12,8 @@ Built on SQLAlchemy Core with async drivers (`aiosqlite`, `psycopg` 3,
   but whose reply was lost finds itself stored there and succeeds (`_idempotent`).
 - **save_document** is `UPDATE ... SET version = v + 1 WHERE version = v`
   (0 rows: stale), or an `INSERT` for version 0 that the primary key guards.
+- **append_and_save** runs both in one transaction, rolled back unless both held
+  (the statements of each write are in `_sql_writes.py`).
 - **leases** are rows with an expiry compared against the *database* clock, so
   instances with skewed clocks agree: `UPDATE` when held by the same owner or
   expired, else `INSERT` (a duplicate key means someone else holds it). One
@@ -19,7 +21,9 @@ Built on SQLAlchemy Core with async drivers (`aiosqlite`, `psycopg` 3,
   connection, which a pooled async engine cannot keep.
 
 How each transaction reaches the database (pools, SQLite's single writer,
-retried transient failures) lives beside it, in `_sql_engine.py`.
+retried transient failures) lives beside it, in `_sql_engine.py`. On a SQLite file, a
+read that would find only what this store wrote itself is answered without a query
+(`_sql_known.py`).
 """
 
 from __future__ import annotations
@@ -28,20 +32,22 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contextkeep._errors import ConfigError, StoreError
-from contextkeep._messages import Message, message_from_dict, message_json
+from contextkeep._messages import Message, message_from_dict
 from contextkeep.stores._idempotent import already_stored
 from contextkeep.stores._sql_engine import Database, async_url
-from contextkeep.stores._sql_schema import ID_LENGTH, KIND_LENGTH, make_tables, run_migrations
+from contextkeep.stores._sql_known import Known, Touched
+from contextkeep.stores._sql_schema import ID_LENGTH, make_tables, run_migrations
 from contextkeep.stores._sql_statements import Statements
+from contextkeep.stores._sql_writes import Stale, Work, appending, check_length, saving
 from contextkeep.stores._timeouts import DEFAULT_TIMEOUTS, Timeouts
-from contextkeep.stores.base import Document
+from contextkeep.stores.base import Document, DocumentWrite
 
 __all__ = ["DEFAULT_TABLE_PREFIX", "SQLStore", "async_url"]
 
@@ -53,18 +59,6 @@ DEFAULT_TABLE_PREFIX = "ck_"
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 """Table prefixes: a plain identifier short enough for every dialect's name limit."""
-
-
-def _dumps(value: Any) -> str:
-    # Compact and non-ASCII kept: smaller rows; control characters are still escaped,
-    # so a NUL in a message cannot upset PostgreSQL's TEXT.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _check_length(what: str, value: str, limit: int) -> None:
-    # SQLite ignores VARCHAR lengths; checking here keeps every dialect behaving alike.
-    if len(value) > limit:
-        raise StoreError(f"{what} is {len(value)} characters long; the SQL store accepts at most {limit}")
 
 
 class SQLStore:
@@ -107,6 +101,9 @@ class SQLStore:
         self._auto_migrate = auto_migrate
         self._init_lock = asyncio.Lock()
         self._version: int | None = None
+        # A SQLite file: reads that would find only this store's own writes are answered without a query.
+        reader = self._db.data_version
+        self._known = Known(reader) if reader is not None else None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -132,29 +129,38 @@ class SQLStore:
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
         """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
-        _check_length("conversation id", conversation_id, ID_LENGTH)
+        work, touched = appending(self._statements, conversation_id, messages, expected_length)
         if expected_length < 0:
             return False
-        st = self._statements
-        rows = [
-            {"conversation_id": conversation_id, "position": expected_length + i, "body": message_json(m)}
-            for i, m in enumerate(messages)
-        ]
-
-        async def stored_at(conn: AsyncConnection, position: int) -> bool:
-            return await conn.scalar(st.message_at, {"c": conversation_id, "p": position}) is not None
-
-        async def work(conn: AsyncConnection) -> bool:
-            if expected_length > 0 and not await stored_at(conn, expected_length - 1):
-                return False  # fewer stored than expected
-            if not rows:
-                return not await stored_at(conn, expected_length)
-            await conn.execute(st.insert_messages, rows)  # duplicate key: more stored than expected
-            return True
-
-        if await self._compare_and_set("append", work):
+        if await self._compare_and_set("append", work, touched):
             return True
         return await already_stored(self, conversation_id, messages, expected_length)
+
+    async def append_and_save(
+        self,
+        conversation_id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        document: DocumentWrite,
+    ) -> bool:
+        """`append` and `save_document(document)` in one transaction: both, or neither and `False`."""
+        append, appended = appending(self._statements, conversation_id, messages, expected_length)
+        save, saved = saving(self._statements, conversation_id, document)
+        if expected_length < 0:
+            return False
+
+        async def work(conn: AsyncConnection) -> bool:
+            if not (await append(conn) and await save(conn)):
+                raise Stale  # rolls the transaction back: nothing of it is written
+            return True
+
+        try:
+            return await self._compare_and_set(
+                "append_and_save", work, Touched(appended.length, saved.document)
+            )
+        except Stale:
+            return False
 
     async def load_messages(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
@@ -169,7 +175,14 @@ class SQLStore:
         async def work(conn: AsyncConnection) -> list[Message]:
             return [message_from_dict(json.loads(body)) for body in await conn.scalars(query, params)]
 
-        return await self._transaction("load_messages", work, write=False)
+        known, at = self._facts()
+        length = known.length(conversation_id) if known is not None else None
+        if length is not None and after >= length:
+            return []  # nothing after what this store knows is there
+        messages = await self._transaction("load_messages", work, write=False)
+        if known is not None and limit is None and (after == 0 or messages):
+            known.learn_length(conversation_id, after + len(messages), at)
+        return messages
 
     async def count_messages(self, conversation_id: str) -> int:
         """How many messages the transcript holds."""
@@ -187,7 +200,14 @@ class SQLStore:
             row = (await conn.execute(self._statements.document, key)).first()
             return Document({}, 0) if row is None else Document(json.loads(row.body), int(row.version))
 
-        return await self._transaction("load_document", work, write=False)
+        known, at = self._facts()
+        cached = known.document((conversation_id, kind, scope)) if known is not None else None
+        if cached is not None:
+            return cached
+        document = await self._transaction("load_document", work, write=False)
+        if known is not None:
+            known.learn_document((conversation_id, kind, scope), document, at)
+        return document
 
     async def save_document(
         self,
@@ -199,22 +219,10 @@ class SQLStore:
         scope: str = "",
     ) -> bool:
         """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
-        _check_length("conversation id", conversation_id, ID_LENGTH)
-        _check_length("document kind", kind, KIND_LENGTH)
-        _check_length("document scope", scope, ID_LENGTH)
-        st = self._statements
-        body = _dumps(dict(data))
-
-        async def work(conn: AsyncConnection) -> bool:
-            if expected_version == 0:  # the primary key refuses a second first save
-                row = {"conversation_id": conversation_id, "kind": kind, "scope": scope}
-                await conn.execute(st.insert_document, {**row, "version": 1, "body": body})
-                return True
-            key = {"c": conversation_id, "k": kind, "s": scope, "v": expected_version}
-            update = {**key, "new_version": expected_version + 1, "new_body": body}
-            return (await conn.execute(st.update_document, update)).rowcount == 1
-
-        return await self._compare_and_set("save_document", work)
+        work, touched = saving(
+            self._statements, conversation_id, DocumentWrite(kind, data, expected_version, scope)
+        )
+        return await self._compare_and_set("save_document", work, touched)
 
     async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
         """The scopes holding a saved document of `kind` for the conversation, sorted."""
@@ -231,7 +239,7 @@ class SQLStore:
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
         for what, value in (("conversation id", conversation_id), ("lease name", name), ("owner", owner)):
-            _check_length(what, value, ID_LENGTH)
+            check_length(what, value, ID_LENGTH)
         table = self._tables.leases
         now = self._db.now_ms()
         until = now + sa.bindparam("ttl", ttl_ms, sa.BigInteger)
@@ -296,6 +304,7 @@ class SQLStore:
         async with self._init_lock:
             await self._db.run("drop_tables", work, write=True)
             self._version = None
+            self._forget()
 
     async def _migrate(self, *, upgrade: bool) -> int:
         if self._db.sqlite_file is not None:
@@ -309,6 +318,7 @@ class SQLStore:
             return await run_migrations(conn, self._tables, upgrade=upgrade, store=self._display)
 
         version = await self._db.run("migrate", work, write=True)
+        self._forget()  # its own connection's changes: the data version does not tell
         _log.debug("store %s at schema version %d", self._display, version)
         return version
 
@@ -320,13 +330,39 @@ class SQLStore:
 
     # -- transactions ---------------------------------------------------------------------
 
-    async def _compare_and_set(self, op: str, work: Callable[[AsyncConnection], Awaitable[bool]]) -> bool:
-        """Run a CAS write; a duplicate key means another writer got there first."""
+    async def _compare_and_set(self, op: str, work: Work, touched: Touched | None = None) -> bool:
+        """Run a CAS write; a duplicate key means another writer got there first.
+
+        What a won write `touched` is learned (see `_sql_known`); a lost or failed one forgets it.
+        """
+        known = self._known if touched is not None else None
+        inside: list[Hashable | None] = []
+
+        async def observed(conn: AsyncConnection) -> bool:
+            won = await work(conn)
+            if known is not None:  # within the write lock: nothing else commits before this write
+                inside.append(known.at())
+            return won
+
+        won = False
         try:
-            return await self._transaction(op, work, write=True)
+            won = await self._transaction(op, observed, write=True)
         except sa.exc.IntegrityError:
             _log.debug("%s on %s lost a compare-and-set race", op, self._display)
-            return False
+        finally:
+            if known is not None and touched is not None:
+                touched.settle(known, inside[-1] if won and inside else None)  # the attempt that committed
+        return won
+
+    def _forget(self) -> None:
+        if self._known is not None:
+            self._known.forget()
+
+    def _facts(self) -> tuple[Known | None, Hashable | None]:
+        """What this store knows now, and the data version it holds at (`None, None`: it keeps nothing)."""
+        known = self._known
+        at = known.at() if known is not None else None
+        return (known, at) if at is not None else (None, None)
 
     async def _transaction(
         self, op: str, work: Callable[[AsyncConnection], Awaitable[_T]], *, write: bool
