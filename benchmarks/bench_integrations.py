@@ -8,6 +8,13 @@ messages, on the in-memory and the SQLite store, counting with DeepSeek's exact
     pip install -e '.[dev]'
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py [--sizes 20,100,300]
         [--only langchain,pydantic-ai,openai-agents,google-adk] [--stores memory,sqlite] [--breakdown]
+        [--clock wall|cpu]
+
+`--clock cpu` times each part (and the breakdown) with the CPU time of the thread that runs
+the agent (the event loop's) instead of the wall clock: what the integration costs that thread
+per call, without the other processes of a shared machine, and without contextkeep's background
+writer of tool-result copies (a thread of its own, on another core when there is one). The
+wall clock, the default, includes both.
 
 `--breakdown` also prints, per framework at the largest size, where each model call's time goes
 (the integration's own conversion and mapping, the engine's sync, prepare and record: see
@@ -19,9 +26,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import _bench_breakdown
 from _bench_breakdown import clocked, table
 
 PARTS = {
@@ -31,6 +41,9 @@ PARTS = {
     "google-adk": "_bench_adk",
 }
 """Framework → the module that measures it (each exposes `async def run(sizes) -> rows`)."""
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+"""`--clock` → the clock each part reads as its `time.perf_counter`."""
 
 _OWN = ("noop_ms_per_call", "framework_ms_per_call")
 """The row key that holds the framework's own time per call (parts name it either way)."""
@@ -54,13 +67,15 @@ def _table(rows: list[dict[str, Any]], sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
-async def main(sizes: list[int], only: list[str], stores: list[str], breakdown: bool) -> None:
+async def main(sizes: list[int], only: list[str], stores: list[str], breakdown: bool, clock: str) -> None:
     """Run the chosen parts one after the other (never side by side: they would share the cores)."""
     rows: list[dict[str, Any]] = []
     steps: list[str] = []
+    setattr(_bench_breakdown, "time", types.SimpleNamespace(perf_counter=CLOCKS[clock]))  # noqa: B010
     for framework in only:
         module = importlib.import_module(PARTS[framework])
         setattr(module, "STORES", tuple(stores))  # noqa: B010  # each part loops over its STORES
+        setattr(module, "time", types.SimpleNamespace(perf_counter=CLOCKS[clock]))  # noqa: B010
         run: Callable[[list[int]], Awaitable[list[dict[str, Any]]]] = module.run
         part = await run(sizes)
         rows += part
@@ -72,6 +87,7 @@ async def main(sizes: list[int], only: list[str], stores: list[str], breakdown: 
                 await run(sizes[-1:])
             steps.append(table(framework, sizes[-1], times))
     print()
+    print(f"clock: {clock}")
     print(_table(rows, sizes))
     for lines in steps:
         print()
@@ -84,6 +100,7 @@ if __name__ == "__main__":
     parser.add_argument("--only", default=",".join(PARTS), help="frameworks, comma-separated")
     parser.add_argument("--stores", default="memory,sqlite", help="stores, comma-separated")
     parser.add_argument("--breakdown", action="store_true", help="where each call's time goes (memory)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall or loop-thread CPU")
     args = parser.parse_args()
     chosen = [f.strip() for f in args.only.split(",") if f.strip()]
     unknown = sorted(set(chosen) - set(PARTS))
@@ -92,4 +109,4 @@ if __name__ == "__main__":
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     if sorted(set(stores) - {"memory", "sqlite"}):
         parser.error(f"unknown store(s) in {stores}; choose from memory, sqlite")
-    asyncio.run(main([int(n) for n in args.sizes.split(",")], chosen, stores, args.breakdown))
+    asyncio.run(main([int(n) for n in args.sizes.split(",")], chosen, stores, args.breakdown, args.clock))

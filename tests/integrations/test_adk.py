@@ -389,6 +389,7 @@ async def assert_follows(session: Session, agent: Agent, session_id: str) -> lis
 # --- the tests ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_long_tool_loop_stays_in_the_window(managers: Managers, billing: PromptCounter) -> None:
     cm = managers()
     usage = completed(cm)
@@ -416,6 +417,7 @@ async def test_a_long_tool_loop_stays_in_the_window(managers: Managers, billing:
     assert {u.usage_status for u in usage} == {UsageStatus.CONFIRMED_BASELINE}
 
 
+@pytest.mark.slow
 async def test_parallel_calls_streamed_stay_paired(managers: Managers, billing: PromptCounter) -> None:
     cm = managers()
     usage = completed(cm)
@@ -438,6 +440,7 @@ async def test_parallel_calls_streamed_stay_paired(managers: Managers, billing: 
     assert len(usage) == 31  # the streamed chunks before each reply are not replies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["gemini", "deepseek"])
 async def test_a_provider_overflow_is_compacted_and_retried(
     managers: Managers, billing: PromptCounter, provider: Literal["gemini", "deepseek"]

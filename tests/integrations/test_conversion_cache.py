@@ -266,9 +266,19 @@ class Coder(BaseLlm):
 
     calls: int = CALLS
     made: int = 0
+    results: list[list[Any]] = Field(default_factory=list)
+    """The function results of every request."""
 
     async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> Any:
         self.made += 1
+        self.results.append(
+            [
+                p.function_response.response
+                for c in llm_request.contents
+                for p in c.parts or ()
+                if p.function_response
+            ]
+        )
         usage = types.GenerateContentResponseUsageMetadata(
             prompt_token_count=1_000, candidates_token_count=10, total_token_count=1_010
         )
@@ -310,6 +320,10 @@ async def test_adk_converts_each_content_once_and_still_forks_an_edit(
     conversation = plugin._open[CID]
     contents = 1 + 2 * CALLS  # the prompt, then a call and its result per tool call
     assert conversation.history.conversions == contents  # ADK rebuilt every request; each converted once
+    # Each view message mapped back once, and the last one of the view before again (the
+    # message after a content decides where it ends): O(1) per call, not the whole view.
+    assert conversation.rebuilt.mapped == contents + CALLS
+    assert [len(r) for r in model.results] == list(range(CALLS + 1))  # every result in every request
     held = len((await plugin.session(CID)).transcript)
 
     # ADK's history rewritten (a rewind, its own compaction): an older result, the last answer.
@@ -324,6 +338,7 @@ async def test_adk_converts_each_content_once_and_still_forks_an_edit(
     s = await plugin.session(CID)
     assert s.conversation_id.startswith(f"{CID}~fork-")
     assert any(m.text == "(edited)" for m in s.transcript)
+    assert {"result": "(edited)"} in model.results[-1]  # the fork's view reached the model
     # From the edited result (the third content) on: the request's 2 more contents, less 2 kept.
     assert conversation.history.conversions == contents + contents
     assert held == contents + 1  # the answer too

@@ -410,6 +410,7 @@ async def test_conversation_follows_the_run_and_a_diverging_history(
     assert len((await capability.session("run-a")).transcript) == len(neutral(first.all_messages()))
 
 
+@pytest.mark.slow
 def test_example_runs_offline() -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "pydantic_ai_agent.py")],

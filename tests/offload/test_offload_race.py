@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 
 from contextkeep._capabilities import ModelSpec
 from contextkeep._config import ContextConfig
+from contextkeep._errors import WorkspaceError
 from contextkeep._manager import ContextManager
 from contextkeep._offload import LocalWorkspace
 from support import assert_references_readable, call, result, service_unavailable, wait_until
@@ -95,11 +97,11 @@ class GatedWorkspace(LocalWorkspace):
         self.started = threading.Event()
         self.gate = threading.Event()
 
-    def _replace(self, path: str, data: bytes) -> None:
-        if "/tool_result-" in path:
+    def _replace_many(self, files: Mapping[str, bytes]) -> None:
+        if any("/tool_result-" in path for path in files):
             self.started.set()
             self.gate.wait()
-        super()._replace(path, data)
+        super()._replace_many(files)
 
 
 async def test_add_returns_before_the_copy_is_written_and_a_read_waits_for_it(tmp_path: Path) -> None:
@@ -145,6 +147,30 @@ async def test_closing_the_manager_writes_what_the_background_writer_owes(tmp_pa
         assert Path(workspace.locate(stored[-1].metadata["ck_ref"])).read_text() == text
     finally:
         workspace.gate.set()
+
+
+async def test_a_batch_the_disk_refuses_midway_leaves_no_temporaries_and_the_next_flush_writes_it(
+    tmp_path: Path,
+) -> None:
+    """The copies of one `add` are one batch, made durable together; a file it cannot replace fails it."""
+    cm = ContextManager(
+        ModelSpec("m", 100_000), config=ContextConfig(reserved_tokens=0), workspace=tmp_path / "ws"
+    )
+    texts = {f"call_{i}": f"output {i}\n" * 40 for i in range(6)}
+    folder = tmp_path / "ws" / "sessions" / "c"
+    (folder / "tool_result-call_3.txt").mkdir(parents=True)  # in the way of one copy
+    async with cm.session("c") as s:
+        rounds = [m for cid, text in texts.items() for m in (call(cid), result(cid, text))]
+        stored = await s.add([SYSTEM, TASK, *rounds])
+        with pytest.raises(WorkspaceError, match=r"tool_result-call_3\.txt"):
+            await s.flush()
+        assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+        (folder / "tool_result-call_3.txt").rmdir()
+        await s.flush()  # the failed batch is tried again, whole
+        refs = {m.tool_call_id: m.metadata["ck_ref"] for m in stored if m.role == "tool"}
+        assert {cid: await cm.workspace.read(ref) for cid, ref in refs.items()} == texts
+        assert sorted(p.name for p in folder.iterdir()) == sorted(f"tool_result-{cid}.txt" for cid in texts)
+    await cm.close()
 
 
 @pytest.mark.slow

@@ -73,10 +73,10 @@ def step_messages(worker: str, step: int) -> list[dict[str, Any]]:
 class HeldWorkspace(LocalWorkspace):
     """A local workspace whose tool-result files are never written: the write blocks forever."""
 
-    def _replace(self, path: str, data: bytes) -> None:
-        if "/tool_result-" in path:
+    def _replace_many(self, files: Mapping[str, bytes]) -> None:
+        if any("/tool_result-" in path for path in files):
             threading.Event().wait()
-        super()._replace(path, data)
+        super()._replace_many(files)
 
 
 def build_manager(spec: Mapping[str, Any]) -> ContextManager:

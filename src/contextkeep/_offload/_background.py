@@ -3,8 +3,10 @@
 A long tool result's reference is a pure function of what the store assigned (its call id,
 or the call id and message id when the call id recurs), so `add` decides it inside its
 compare-and-set attempt and writes nothing; only once the append has won is the copy queued,
-and one writer thread per process writes the queued copies in batches. A losing instance
-therefore never touches a file the winner's message names.
+and one writer thread per process writes the queued copies in batches, each made durable at
+once (`Workspace._replace_many`: one `syncfs` on Linux, not an fsync per file, so the writer
+costs the caller's thread little CPU and GIL time). A losing instance therefore never touches a
+file the winner's message names.
 
 The transcript holds each result's full text, so the copy is never the only one: a crash
 before the write loses nothing. An instance that loads messages from the store (another
@@ -125,8 +127,10 @@ class PendingCopies:
 
     def _write(self, batch: list[Copy]) -> None:
         # Each reference names one message's text, so a later copy of a reference repeats it.
+        files: dict[str, bytes] = {}
         for copy in {c.reference: c for c in batch}.values():
             data = copy.text.encode()
-            if copy.check and self.workspace._read(copy.reference) == data:
-                continue
-            self.workspace._replace(copy.reference, data)
+            if not (copy.check and self.workspace._read(copy.reference) == data):
+                files[copy.reference] = data
+        if files:
+            self.workspace._replace_many(files)  # one durability barrier for the batch

@@ -63,6 +63,9 @@ class OffloaderWorkspace(Workspace):
     def _replace(self, path: str, data: bytes) -> None:
         self.storage._replace(path, data)
 
+    def _replace_many(self, files: Mapping[str, bytes]) -> None:
+        self.storage._replace_many(files)
+
     def _read(self, path: str) -> bytes | None:
         return self.storage._read(path)
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from contextkeep._errors import WorkspaceError
 from contextkeep._messages import Message, message_json
+from contextkeep._offload._durable import syncfs, write_all, write_closed
 from contextkeep._offload._paths import DATA_DIR, confine, safe_segment, split_reference
 from contextkeep._offload.snapshot import ActionSnapshot
 
@@ -91,6 +92,14 @@ class Workspace(ABC):
     @abstractmethod
     def locate(self, reference: str) -> str:
         """Where a reference lives (absolute path or URL), for tools outside contextkeep."""
+
+    def _replace_many(self, files: Mapping[str, bytes]) -> None:
+        """Write several files as `_replace` does: a background writer's batch.
+
+        A storage that can make many files durable at once overrides it.
+        """
+        for path, data in files.items():
+            self._replace(path, data)
 
     # Paths.
     def session_dir(self, session_id: str) -> str:
@@ -259,22 +268,15 @@ def storage_errors(action: str, path: str) -> Iterator[None]:
         raise WorkspaceError(f"could not {action} {path!r}: {code} ({exc.strerror or exc})") from exc
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data`: a short write (a full disk, a size limit) is continued, or raises."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if not written:
-            raise OSError(errno.ENOSPC, "the write made no progress")
-        view = view[written:]
-
-
 class LocalWorkspace(Workspace):
     """A workspace on the local filesystem; files private to the owner (0600, folders 0700)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__()
         self.root = Path(root).resolve()
+        self._resolved: dict[str, Path] = {}
+        """Folders the background writer writes to, resolved once (a resolve is a syscall per
+        path component, each a GIL hand-off with the caller's thread)."""
 
     def locate(self, reference: str) -> str:
         """The reference's absolute path under the workspace root."""
@@ -318,21 +320,57 @@ class LocalWorkspace(Workspace):
             except FileExistsError:
                 return False
             try:
-                _write_durably(fd, data)
+                write_closed(fd, data, durably=True)
             except OSError:
                 target.unlink(missing_ok=True)  # ours and incomplete: a retry creates it whole
                 raise
             return True
 
     def _replace(self, path: str, data: bytes) -> None:
-        with storage_errors("write", path):
-            target = self._prepare(path)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-            try:
-                _write_durably(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), data)
-                os.replace(tmp, target)
-            finally:
+        self._replace_many({path: data})
+
+    def _replace_many(self, files: Mapping[str, bytes]) -> None:
+        """Each file whole or not at all (written aside, then renamed over), all durable on return.
+
+        Where the OS has `syncfs`, one call makes the whole batch durable (an fsync per file
+        costs a journal commit each, ~4 ms on ext4, and most of the writer's CPU); else each
+        file is fsynced. A rename lost in a crash leaves the old file or none, which the
+        transcript's copy rewrites (`_offload._background`).
+        """
+        folders: dict[str, Path] = {}
+        staged: list[tuple[Path, Path, str]] = []
+        try:
+            for path, data in files.items():
+                with storage_errors("write", path):
+                    folder, name = self._folder(path, folders)
+                    tmp = folder / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+                    staged.append((tmp, folder / name, path))
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    write_closed(fd, data, durably=syncfs is None)
+            if syncfs is not None and staged:
+                with storage_errors("write", staged[0][2]):
+                    syncfs(staged[0][0].parent)
+            while staged:
+                tmp, target, path = staged[-1]
+                with storage_errors("write", path):
+                    os.replace(tmp, target)
+                staged.pop()
+        finally:
+            for tmp, _, _ in staged:  # the ones not renamed: the batch failed
                 tmp.unlink(missing_ok=True)
+
+    def _folder(self, path: str, folders: dict[str, Path]) -> tuple[Path, str]:
+        """The folder of the file `path` (inside the root, created once per batch), and its name."""
+        parent, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            raise WorkspaceError(f"{path!r} names no file")
+        if parent not in folders:
+            folder = self._resolved.get(parent)
+            if folder is None:
+                folder = self._resolved[parent] = self._path(parent) if parent else self.root
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folders[parent] = folder
+        return folders[parent], name
 
     def _read(self, path: str) -> bytes | None:
         with storage_errors("read", path):
@@ -347,12 +385,3 @@ class LocalWorkspace(Workspace):
                 return sorted(os.listdir(self._path(folder)))
             except FileNotFoundError:
                 return []
-
-
-def _write_durably(fd: int, data: bytes) -> None:
-    """All of `data` into the new file `fd`, on disk; `fd` is closed."""
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)

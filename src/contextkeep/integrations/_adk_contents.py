@@ -68,6 +68,8 @@ class Converted(NamedTuple):
     """The request's contents."""
     places: list[Place]
     """`places[i]` is where `messages[i]` came from."""
+    kept: int = 0
+    """How many leading contents kept the conversion of the last request (their places too)."""
 
 
 class History:
@@ -100,7 +102,7 @@ class History:
             self._add(contents, anchors, keep)
         self._anchors = anchors
         self.conversions += len(contents) - keep
-        return Converted(list(self._messages), contents, list(self._places))
+        return Converted(list(self._messages), contents, list(self._places), keep)
 
     def _add(
         self, contents: Sequence[types.Content], anchors: Sequence[tuple[object, ...]], first: int

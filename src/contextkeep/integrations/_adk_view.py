@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from google.genai import types
 
@@ -27,8 +29,24 @@ __all__ = ["Rebuilt"]
 
 _Member = tuple[Message, int, bool]
 """A view message, the index of its history message (-1: none), and whether the view left it as it was."""
+_NEVER = sys.maxsize
+"""The reach of a content rebuilt every call: it and what follows are not reused."""
 _RESULTS, _ALONE = -1, -2
 """Owners of messages without a history message: results (grouped together), any other (alone)."""
+
+
+class _Recipe(NamedTuple):
+    """How the last view became contents, per content sent: what the next view may reuse."""
+
+    view: list[Message]
+    ends: list[int]
+    """The index in the view after the content's last message."""
+    sources: list[int | types.Content | None]
+    """The request content's index (the request's own object), a content built for the view
+    (kept while the view shows its messages), or None (one rebuilt every call)."""
+    reach: list[int]
+    """The highest request content index among the sources up to this one (-1: none yet;
+    `_NEVER` from the first None on), so the contents from kept request contents are a prefix."""
 
 
 class Rebuilt:
@@ -37,6 +55,8 @@ class Rebuilt:
     Contents built for messages the view changed or made are kept while the view shows them
     (ADK rebuilds its request for every call, the view's masked messages stay the same), so a
     long masked history costs a lookup per content, not a rebuild. At most `limit` are kept.
+    The contents the last view began with (the same messages, from the same request contents)
+    are taken again as they were mapped, so a call maps only the messages after them.
     """
 
     def __init__(self, limit: int = 4096) -> None:
@@ -45,6 +65,9 @@ class Rebuilt:
         self._built: dict[tuple[str, ...], types.Content] = {}
         self._alignment: tuple[list[Message], list[Message], dict[str, int]] = ([], [], {})
         """The last transcript and history aligned, and how (`_aligned`)."""
+        self._recipe = _Recipe([], [], [], [])
+        self.mapped = 0
+        """View messages mapped so far (the ones after what the last view began with)."""
 
     def contents(
         self, view: Sequence[Message], transcript: Sequence[Message], synced: Converted
@@ -56,25 +79,52 @@ class Rebuilt:
         message behind it (made by the view, or older than where the history stops matching the
         transcript) is built from itself, calls and all; consecutive results go into one content.
         """
-        at = self._aligned(transcript, synced.messages)
+        at, kept = self._aligned(transcript, synced.messages)
+        recipe = self._reused(view, synced) if kept else _Recipe([], [], [], [])
+        start = recipe.ends[-1] if recipe.ends else 0
+        self.mapped += len(view) - start
+        reused = cast(list[int | types.Content], recipe.sources)  # `_reused` takes no None
+        out = [synced.contents[s] if isinstance(s, int) else s for s in reused]
         places, messages = synced.places, synced.messages
-        out: list[types.Content] = []
         group: list[_Member] = []
         owner = _ALONE
-        for m in view:
+
+        def add(content: types.Content, source: int | types.Content | None, end: int) -> None:
+            out.append(content)
+            recipe.ends.append(end)
+            recipe.sources.append(source)
+            own = source if isinstance(source, int) else -1 if source is not None else _NEVER
+            recipe.reach.append(max(own, recipe.reach[-1] if recipe.reach else -1))
+
+        for v in range(start, len(view)):
+            m = view[v]
             i = at.get(m.id) if m.id is not None else None
             here = places[i].content if i is not None else _RESULTS if m.role == "tool" else _ALONE
             if group and (here != owner or here == _ALONE):
-                out.append(self._flush(group, owner, view, at, synced))
+                add(*self._flush(group, owner, view, at, synced), v)
                 group = []
             if i is not None and places[i].share == 1 and messages[i].key == m.key:
-                out.append(synced.contents[here])  # the usual case: the request's own content
+                add(synced.contents[here], here, v + 1)  # the usual case: the request's own content
                 continue
             group.append((m, -1 if i is None else i, i is not None and messages[i].key == m.key))
             owner = here
         if group:
-            out.append(self._flush(group, owner, view, at, synced))
+            add(*self._flush(group, owner, view, at, synced), len(view))
+        self._recipe = recipe._replace(view=list(view))
         return out
+
+    def _reused(self, view: Sequence[Message], synced: Converted) -> _Recipe:
+        """The last recipe's contents this view can take as they were.
+
+        They end before the first message this view does not share with the last one (the
+        message after a content decided where it ended), come from contents of the request that
+        kept their conversion, and were not rebuilt on the request's own parts.
+        """
+        last = self._recipe
+        cut = min(
+            bisect_left(last.ends, common_prefix(last.view, view)), bisect_left(last.reach, synced.kept)
+        )
+        return _Recipe([], last.ends[:cut], last.sources[:cut], last.reach[:cut])
 
     def _flush(
         self,
@@ -83,31 +133,40 @@ class Rebuilt:
         view: Sequence[Message],
         at: Mapping[str, int],
         synced: Converted,
-    ) -> types.Content:
+    ) -> tuple[types.Content, int | types.Content | None]:
+        """The content of a group, and its source for the recipe."""
         if owner >= 0:
             return self._regroup(group, synced)
         key = ("made", *(m.key for m, _, _ in group))
         calls = _calls(view, at, synced) if owner == _RESULTS else {}
-        return self._built_for(key, partial(_made, [m for m, _, _ in group], calls))
+        built = self._built_for(key, partial(_made, [m for m, _, _ in group], calls))
+        return built, built
 
-    def _regroup(self, group: Sequence[_Member], synced: Converted) -> types.Content:
+    def _regroup(
+        self, group: Sequence[_Member], synced: Converted
+    ) -> tuple[types.Content, int | types.Content | None]:
         place = synced.places[group[0][1]]
         content = synced.contents[place.content]
         if all(same for _, _, same in group):
             if len(group) == place.share:
-                return content
+                return content, place.content
         elif not any(same for _, _, same in group):  # nothing of this request's own: built once
             key = ("changed", *(m.key for m, _, _ in group))
-            return self._built_for(key, partial(_content, content, group, synced))
-        return _content(content, group, synced)
+            built = self._built_for(key, partial(_content, content, group, synced))
+            return built, built
+        return _content(content, group, synced), None
 
-    def _aligned(self, transcript: Sequence[Message], history: Sequence[Message]) -> dict[str, int]:
+    def _aligned(
+        self, transcript: Sequence[Message], history: Sequence[Message]
+    ) -> tuple[dict[str, int], bool]:
         """`_aligned`, walking only the messages added since the last call when the rest stayed.
 
         With the same messages before and the same offset between the two, the walk back from
-        the newest reaches the old newest and goes on as it went then (its result is kept).
+        the newest reaches the old newest and goes on as it went then (its result is kept, and
+        True says so).
         """
         stored, seen, known = self._alignment
+        kept = False
         if (
             len(transcript) - len(history) == len(stored) - len(seen)
             and len(history) >= len(seen)
@@ -116,11 +175,11 @@ class Rebuilt:
         ):
             at = _aligned(transcript, history, stop=len(seen))
             if len(at) == len(history) - len(seen):  # the new ones all matched
-                at = {**known, **at}
+                at, kept = {**known, **at}, True
         else:
             at = _aligned(transcript, history)
         self._alignment = (list(transcript), list(history), at)
-        return at
+        return at, kept
 
     def _built_for(self, key: tuple[str, ...], build: Callable[[], types.Content]) -> types.Content:
         built = self._built.get(key)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 __all__ = ["EngineThread"]
 
@@ -89,14 +89,21 @@ class EngineThread(Generic[Req, Resp]):
             done.cancel()  # a no-op once done; on an interrupt here, the engine stops too
         return done.result()
 
-    def close(self) -> None:
-        """Stop the loop and its thread (a later `run` starts new ones)."""
+    def close(self, last: Callable[[], Coroutine[Any, Any, object]] | None = None) -> None:
+        """Run `last()` on the loop, if it runs, then stop it and its thread (a later `run` starts new ones).
+
+        The loop stops also when `last` raises; its error is raised here.
+        """
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
-        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+        try:
+            if last is not None:
+                asyncio.run_coroutine_threadsafe(last(), loop).result()
+        finally:
+            asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()

@@ -250,8 +250,13 @@ class ContextKeepMiddleware(_Middleware):
         return (await self._open(conversation_id)).session
 
     def close(self) -> None:
-        """Stop the worker thread of the blocking path (if it was started)."""
-        self._engine.close()
+        """Stop the worker thread of the blocking path (if it was started).
+
+        The tool-result copies its sessions still owe are written first: a script on
+        `agent.invoke` may remove the workspace right after, and cannot await
+        `ContextManager.close` on the worker's loop, where the store's connections live.
+        """
+        self._engine.close(self.manager.workspace.flush_pending)
 
     async def _call(self, conversation_id: str, request: Request, handler: Handler) -> Response:
         if not request.messages:

@@ -31,6 +31,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from agents.agent_output import AgentOutputSchemaBase
@@ -49,7 +50,7 @@ from contextkeep._errors import ConfigError, ContextOverflowError
 from contextkeep._manager import ContextManager
 from contextkeep._messages import Message
 from contextkeep._usage import Usage
-from contextkeep.integrations._bridge import Origins
+from contextkeep.integrations._bridge import Origins, common_prefix
 from contextkeep.integrations._openai_agents_items import (
     Converted,
     Item,
@@ -143,6 +144,8 @@ class ContextKeepModel(Model):
         self._history = ItemHistory()
         self._origins: Origins[tuple[Item, ...]] = Origins()
         self._tools: tuple[tuple[object, ...], list[dict[str, Any]]] = ((), [])
+        self._items: tuple[list[tuple[Message, tuple[Item, ...] | None]], list[int], list[Any]] = ([], [], [])
+        """The last view's pairs, the index after each one's items, and the items (`_request`)."""
 
     async def get_response(
         self,
@@ -248,11 +251,20 @@ class ContextKeepModel(Model):
                 self._origins.remember(last, origin)
 
     def _request(self, view: Sequence[Message]) -> list[TResponseInputItem]:
-        """The view as input items: the run's own where the view left a message as it was."""
-        items: list[Any] = []
-        for m, origin in self._origins.map_view(self.session, view):
+        """The view as input items: the run's own where the view left a message as it was.
+
+        The pairs the last view began with (the same objects) keep their items, so a call
+        builds items only for the messages after them.
+        """
+        pairs = self._origins.map_view(self.session, view)
+        last, ends, items = self._items
+        keep = common_prefix(last, pairs)
+        del items[ends[keep - 1] if keep else 0 :], ends[keep:]
+        for m, origin in islice(pairs, keep, None):
             items.extend(to_items(m) if origin is None else origin)
-        return items
+            ends.append(len(items))
+        self._items = (pairs, ends, items)
+        return list(items)
 
     def _tool_dicts(self, call: _Call) -> list[dict[str, Any]]:
         """Function tools and handoffs as OpenAI tool definitions (the same list while they stay)."""
