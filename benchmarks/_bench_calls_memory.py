@@ -22,7 +22,8 @@ import tempfile
 import tracemalloc
 from typing import Any
 
-from bench_compaction import DEEPSEEK_TOKENIZER, HUGE_WINDOW, SHARED, TRAJECTORY, lengthened
+from _bench_subject import HUGE_WINDOW
+from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
 
 from contextkeep._capabilities import ModelSpec
 from contextkeep._formats import to_openai

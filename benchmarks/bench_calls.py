@@ -44,19 +44,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _bench_anchors import AgentScope, Harness, LangChain, TrimMessages
 from _bench_calls_memory import memory_report
-from bench_compaction import (
-    DEEPSEEK_TOKENIZER,
-    HUGE_WINDOW,
-    SHARED,
-    TRAJECTORY,
-    AgentScope,
-    LangChain,
-    StubSummarizer,
-    Subject,
-    lengthened,
-)
-from bench_compaction import timed as measured
+from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject
+from _bench_subject import timed as measured
+from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
 
 from contextkeep._capabilities import ModelSpec
 from contextkeep._manager import ContextManager
@@ -155,90 +147,6 @@ class Anchor:
 
     async def close(self) -> None:
         return None
-
-
-class TrimMessages(LangChain):
-    """LangChain `trim_messages` to the window, the other per-call step LangChain users take."""
-
-    def check(self) -> Any:
-        from langchain_core.messages import trim_messages
-        from langchain_core.messages.utils import count_tokens_approximately
-
-        return trim_messages(
-            self.messages, max_tokens=HUGE_WINDOW, token_counter=count_tokens_approximately, strategy="last"
-        )
-
-
-class Harness(Subject):
-    """pydantic-ai-harness: `SummarizingCompaction.before_model_request` under its trigger."""
-
-    def __init__(self, trajectory: Trajectory) -> None:
-        super().__init__(trajectory)
-        from importlib.metadata import version
-
-        self.name = f"pydantic-ai-harness {version('pydantic-ai-harness')}"
-        self.counter = "last usage + chars/4 (default)"
-        self._usage = {c.index: dict(c.usage) for c in trajectory.calls if c.usage}
-        self.history: list[Any] = []
-        self._seen = 0
-
-    async def open(self, window: int) -> None:
-        from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
-        from pydantic_ai.models.test import TestModel
-        from pydantic_ai.tools import RunContext
-        from pydantic_ai.usage import RunUsage
-        from pydantic_ai_harness import SummarizingCompaction
-
-        self.history, self._seen = [], 0
-        model = TestModel()
-        self._capability = SummarizingCompaction(model=model, max_tokens=window)
-        self._ctx = RunContext(deps=None, model=model, usage=RunUsage(), messages=self.history)
-        self._request = ModelRequestContext(
-            model=model,
-            messages=self.history,
-            model_settings=None,
-            model_request_parameters=ModelRequestParameters(),
-        )
-
-    async def extend(self, messages: Sequence[Message]) -> None:
-        from pydantic_ai import messages as pm
-        from pydantic_ai.usage import RequestUsage
-
-        for x in messages:
-            index, self._seen = self._seen, self._seen + 1
-            if x.role == "assistant":
-                usage = self._usage.get(index, {})
-                parts: list[Any] = [pm.TextPart(x.text)] if x.text else []
-                parts += [pm.ToolCallPart(c.name, c.arguments, c.id) for c in x.tool_calls]
-                tokens = RequestUsage(
-                    input_tokens=usage.get("prompt_tokens", 0),
-                    output_tokens=usage.get("completion_tokens", 0),
-                )
-                self.history.append(pm.ModelResponse(parts, usage=tokens))
-                continue
-            part: Any
-            if x.role == "system":
-                part = pm.SystemPromptPart(x.text)
-            elif x.role == "user":
-                part = pm.UserPromptPart(x.text)
-            else:
-                part = pm.ToolReturnPart("bash", x.text, x.tool_call_id or "")
-            self.history.append(pm.ModelRequest([part]))
-
-    async def tokens(self) -> int:
-        return 0
-
-    def check(self) -> Any:
-        return self._capability.before_model_request(self._ctx, self._request)
-
-    async def resize(self, window: int) -> None:
-        raise NotImplementedError
-
-    def compact(self) -> Any:
-        raise NotImplementedError
-
-    async def describe(self, result: Any) -> str:
-        return ""
 
 
 Driver = ContextKeepCalls | Anchor

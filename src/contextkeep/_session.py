@@ -15,28 +15,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from contextkeep._baseline import UsageState, scope_key
-from contextkeep._budget import Budget, reserve_for
+from contextkeep._budget import Budget
 from contextkeep._capabilities import ModelSpec
 from contextkeep._cas import CompareAndSet
 from contextkeep._compacting import Compacting, PassRequest, pass_trigger
 from contextkeep._compaction import CompressionReason, LayerName, Outcome
 from contextkeep._compaction.builder import ViewBuilder
 from contextkeep._compaction.state import CompactionState, ProgressStep
-from contextkeep._config import ContextConfig, UsageMode
+from contextkeep._config import ContextConfig
 from contextkeep._continuation import StableIds, first_divergence, fork_id, new_messages
 from contextkeep._count_ahead import CountAhead
 from contextkeep._deps import SessionDeps
 from contextkeep._documents import Documents
 from contextkeep._emitter import Emitter
 from contextkeep._errors import ContextOverflowError, HistoryDivergedError
-from contextkeep._events import ContextStatus, HistoryRepaired, ReserveClamped
+from contextkeep._events import HistoryRepaired, ReserveClamped
+from contextkeep._gauge import Gauge
 from contextkeep._ingest import Ingest, as_messages, reply_message
 from contextkeep._messages import Message
 from contextkeep._offload.snapshot import ActionSnapshot
 from contextkeep._offload.workspace import Workspace
 from contextkeep._provider_window import ProviderWindow
 from contextkeep._recovery import ModelCalls
-from contextkeep._tokens import CalibratingCounter
+from contextkeep._reply_usage import Prepared, ReplyUsage
 from contextkeep._transcript import Transcript
 from contextkeep._usage import Usage
 from contextkeep._usage_policy import UsagePolicy
@@ -49,13 +50,6 @@ __all__ = ["Session", "Tools"]
 
 Tools = Sequence[Mapping[str, Any]] | None
 """Tool definitions sent with a call (OpenAI function-tool dicts), or None."""
-
-
-class _Prepared(NamedTuple):
-    """The request of the last `prepare`: what counting ahead and the usage figures go by."""
-
-    tools: Tools
-    max_tokens: int | None
 
 
 class _Synced(NamedTuple):
@@ -92,8 +86,6 @@ class Session:
         """The conversation's id in the store and the workspace."""
         self.counter = deps.new_counter()
         """This session's token counter."""
-        # A protocol isinstance costs ~0.1 ms: decided once, not on every recorded reply.
-        self._calibrating = self.counter if isinstance(self.counter, CalibratingCounter) else None
         self._events = Emitter(deps.events, conversation_id)
         cas = CompareAndSet(deps.store, conversation_id, self.load, self._events)
         self._log = Transcript(deps.store, conversation_id, cas)
@@ -123,11 +115,15 @@ class Session:
             load=self._load,
             flush=self._ingest.flush,
         )
+        self._gauge = Gauge(deps, self._window, self.counter, self._policy, conversation_id)
+        self._replies = ReplyUsage(
+            self.counter, self._builder, self._log, self._docs, self._policy, self._events
+        )
         self._calls = ModelCalls(self.config, conversation_id, self._events)
         self._ahead = CountAhead(
             self.counter, lambda tools: self._passes.measure(tools, deps.config), conversation_id
         )
-        self._prepared: _Prepared | None = None
+        self._prepared: Prepared | None = None
 
     # Reading.
     @property
@@ -230,17 +226,7 @@ class Session:
     # Preparing.
     def budget(self, max_tokens: int | None = None) -> Budget:
         """The budget of the next call (`max_tokens` is the request's, if any)."""
-        return self._budget(max_tokens, self.config)
-
-    def _budget(self, max_tokens: int | None, config: ContextConfig) -> Budget:
-        deps = self._deps
-        capacity = self._window.apply(deps.capacity(config))
-        model_max = deps.model.max_output_tokens
-        reserved, clamped_from = reserve_for(
-            capacity.window, config.reserved_tokens, max_tokens, deps.default_max_tokens, model_max
-        )
-        outside = self._synced.outside
-        return Budget(capacity.window, reserved, config.thresholds(), capacity.source, outside, clamped_from)
+        return self._gauge.budget(max_tokens, self.config, self._synced.outside)
 
     async def prepare(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:
         """The view for the next model call, compacted first if a deferred flag or the budget says so.
@@ -251,17 +237,17 @@ class Session:
         await self.load()
         self._log.tracker.require_complete()
         tools = self._synced.tools if tools is None else tools
-        self._prepared = _Prepared(tools, max_tokens)
+        self._prepared = Prepared(tools, max_tokens)
         config, budget = self.config, self.budget(max_tokens)
         if budget.clamped_from is not None:
             self._events.emit(ReserveClamped.of(budget, self._deps.model.key))
         first = self._passes.measure(tools, config)
         # DB-GPT: a status after every count, then one after every layer that runs.
-        status = self._shown_status(first.tokens, budget)
+        status = self._gauge.shown(first.tokens, budget, config, self.usage)
         self._events.emit(status)
         view, tokens, layers = await self._passes.due(first, budget, tools, config)
         if layers:
-            status = self._shown_status(tokens, budget)
+            status = self._gauge.shown(tokens, budget, config, self.usage)
         self._ahead.after_prepare()
         return View(view, tokens, status, layers, self._conversions)
 
@@ -270,7 +256,7 @@ class Session:
         await self.load()
         await self._ingest.flush()
         measured = self._passes.measure(tools, self.config)
-        status = self._status(measured.tokens, self.budget(max_tokens))
+        status = self._gauge.status(measured.tokens, self.budget(max_tokens))
         return View(measured.view, measured.tokens, status, conversions=self._conversions)
 
     async def compress(
@@ -282,7 +268,7 @@ class Session:
         """
         config = self.config.merged(**override) if override else self.config
         await self._ingest.flush()
-        budget = self._budget(max_tokens, config)
+        budget = self._gauge.budget(max_tokens, config, self._synced.outside)
         measured = self._passes.measure(tools, config)
         start, target = pass_trigger(budget, config), budget.tokens_at(config.target_ratio)
         if start is None or target is None or measured.tokens < start:
@@ -323,34 +309,14 @@ class Session:
         message, found = reply_message(reply)
         usage = usage or found or Usage()
         self.last_usage = usage
-        self._calibrate(usage)  # before the reply joins the transcript: the view is the prompt it counted
+        self._replies.calibrate(usage, self._prepared)  # before the reply joins the transcript
         enabled = self.config.usage_policy_enabled
-        # The new usage state is written with the reply (one store write); `_observe` then finds it saved.
-        observed = (
-            self._docs.usage_save(lambda state: self._policy.observe(state, usage)) if enabled else None
-        )
-        with self._log.saving(observed):
+        # The new usage state is written with the reply (one store write); `observe` then finds it saved.
+        with self._log.saving(self._replies.saved_with_reply(usage) if enabled else None):
             (stored,) = await self.add([message])
         if enabled:
-            await self._observe(usage)
+            await self._replies.observe(usage, self._prepared, self.budget, self.update_state)
         return stored
-
-    def _calibrate(self, usage: Usage) -> None:
-        """Give a calibrating counter the provider's count of the prompt last prepared."""
-        if self._calibrating is not None and usage.input_tokens and self._prepared is not None:
-            view = self._builder.build(self._log.messages, self._log.rounds, self.state)
-            self._calibrating.observe(view, self._prepared.tools, usage.input_tokens)
-
-    async def _observe(self, usage: Usage) -> None:
-        """The usage policy on a reply: the new baseline, then a deferred compaction if it is due."""
-        await self._docs.save_usage(self._policy.observe(self.usage, usage))
-        budget = self.budget(self._prepared.max_tokens if self._prepared is not None else None)
-        due = self._policy.due(self.usage, budget, self.state)
-        if due is not None:
-            await self.update_state(due.apply)
-            await self._events.aemit(due.event(self.usage))
-        completed = self._policy.completed(usage, self.usage, budget, self.state.compression_required)
-        await self._events.aemit(completed)
 
     # Calling.
     async def complete(
@@ -394,7 +360,7 @@ class Session:
         outcome = await self._passes.recover(overflow, budget, tools, self.config)
         if outcome is None:
             raise error
-        status = self._status(outcome.tokens, budget)
+        status = self._gauge.status(outcome.tokens, budget)
         self._events.emit(status)
         return View(outcome.view, outcome.tokens, status, outcome.layers, self._conversions)
 
@@ -419,19 +385,3 @@ class Session:
         done = ProgressStep(step, record.action, summary, ref)
         await self.update_state(lambda state: state.evolve(progress=(*state.progress, done)))
         return ref
-
-    # Events.
-    def _shown_status(self, tokens: int, budget: Budget) -> ContextStatus:
-        """The status `prepare` reports (confirmed-only: the provider's baseline, never a local figure)."""
-        if self.config.usage_mode is UsageMode.CONFIRMED_ONLY:
-            return self._policy.confirmed_status(self.usage, budget, self.conversation_id)
-        return self._status(tokens, budget)
-
-    def _status(self, tokens: int, budget: Budget) -> ContextStatus:
-        return ContextStatus.measure(
-            tokens,
-            budget,
-            source=self.counter.source,
-            conversation_id=self.conversation_id,
-            model_key=self._deps.model.key,
-        )

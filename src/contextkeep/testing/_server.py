@@ -18,6 +18,7 @@ from contextkeep.testing._errors import (
     overflow_error,
     server_error,
 )
+from contextkeep.testing._held_responses import HeldResponses
 from contextkeep.testing._http import HTTPResponse, ThreadedServer
 from contextkeep.testing._render import (
     anthropic_events,
@@ -34,7 +35,7 @@ from contextkeep.testing._replies import (
     UsageMode,
     default_responder,
 )
-from contextkeep.testing._responses import chat_view, response_events, response_object
+from contextkeep.testing._responses import chat_view
 from contextkeep.testing._summary import (
     DEFAULT_SUMMARY_MARKER,
     SummaryFailure,
@@ -148,7 +149,7 @@ class FakeLLMServer:
         self.summary_failure, self.timeout_seconds = summary_failure, timeout_seconds
         self.architecture, self.delay_seconds = architecture, delay_seconds
         self.messages_api, self.responses_api = messages_api, responses_api
-        self._held: dict[str, list[Any]] = {}  # response id → its whole input and output items
+        self._held = HeldResponses()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._http: ThreadedServer | None = None
@@ -261,7 +262,7 @@ class FakeLLMServer:
             self._faults.clear()
             self._summary_faults.clear()
             self._responses = self._tool_calls = 0
-            self._held.clear()
+        self._held.clear()
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -274,7 +275,10 @@ class FakeLLMServer:
         if route == ("POST", "/v1/messages") and self.messages_api:
             return self._model_call(body, "anthropic")
         if route == ("POST", "/v1/responses") and self.responses_api:
-            return self._responses_call(body)
+            items = self._held.input_of(body)
+            if isinstance(items, HTTPResponse):
+                return items
+            return self._model_call(chat_view(items, body), "openai", responses=(body, items))
         if route == ("GET", "/v1/models"):
             return HTTPResponse(200, model_list(self.model, self.context_window))
         if route == ("POST", "/api/show"):
@@ -285,22 +289,6 @@ class FakeLLMServer:
         served = self.messages_api and "anthropic-version" in headers
         provider: Provider = "anthropic" if served else "openai"
         return HTTPResponse(*invalid_request(provider, f"Unknown route {method} {path}", 404))
-
-    def _responses_call(self, body: Any) -> HTTPResponse:
-        if not isinstance(body, dict) or not body.get("model") or body.get("input") is None:
-            return HTTPResponse(*invalid_request("openai", "Missing required parameter: 'model' or 'input'."))
-        raw = body["input"]
-        items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
-        previous = body.get("previous_response_id")
-        if previous is not None:
-            with self._lock:
-                held = self._held.get(previous)
-            if held is None:
-                return HTTPResponse(
-                    *invalid_request("openai", f"Previous response with id '{previous}' not found.")
-                )
-            items = [*held, *items]
-        return self._model_call(chat_view(items, body), "openai", responses=(body, items))
 
     def _model_call(
         self, body: Any, provider: Provider, responses: tuple[Mapping[str, Any], list[Any]] | None = None
@@ -332,7 +320,7 @@ class FakeLLMServer:
         c = self._complete(body, reply, min(prompt, self.context_window), max_tokens)
         stream = bool(body.get("stream"))
         if responses is not None:
-            return self._responses_answer(c, *responses, stream)
+            return self._held.answer(c, *responses, stream)
         if provider == "anthropic":
             return (
                 HTTPResponse(events=anthropic_events(c))
@@ -343,14 +331,6 @@ class FakeLLMServer:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return HTTPResponse(events=openai_chunks(c, include_usage))
         return HTTPResponse(200, openai_completion(c))
-
-    def _responses_answer(
-        self, c: Completion, body: Mapping[str, Any], items: list[Any], stream: bool
-    ) -> HTTPResponse:
-        final = response_object(c, body)
-        with self._lock:  # its id may come back as a `previous_response_id`
-            self._held[final["id"]] = [*items, *final["output"]]
-        return HTTPResponse(events=response_events(c, body)) if stream else HTTPResponse(200, final)
 
     def _check_window(self, fmt: OverflowFormat, prompt: int, max_tokens: int | None) -> HTTPResponse | None:
         window = self.context_window
