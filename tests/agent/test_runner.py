@@ -99,6 +99,7 @@ async def test_the_agent_recalls_a_detail_that_was_masked(tmp_path: Path) -> Non
         min_keep_recent_rounds=1,
         min_keep_tokens=0,
         tool_result_limit_max_ratio=None,  # the report must reach the view whole before L1 masks it
+        drop_digest_tokens=0,  # the digest of dropped rounds would keep the failing line in view
     )
     with FakeLLMServer(responder=_recalling_agent) as srv:
         agent = Agent("ops", adapter(srv, window=2_600), tools=[dump_report, check], config=config)
