@@ -15,6 +15,7 @@ pieces cut after its commas.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -145,7 +146,7 @@ def _weights(transcript: Sequence[Message], end: int) -> tuple[dict[str, float],
     return weights, {n for n in weights if n in agent or not _plain(n)}
 
 
-def _candidate_lines(transcript: Sequence[Message], start: int, end: int) -> Iterator[list[str]]:
+def _candidate_lines(transcript: Sequence[Message], start: int, end: int) -> Iterator[tuple[str, ...]]:
     """The lines of each dropped output and of each body of the agent's commands, stripped, in order."""
     for m in transcript[start:end]:
         if m.role == "tool":
@@ -155,7 +156,8 @@ def _candidate_lines(transcript: Sequence[Message], start: int, end: int) -> Ite
             yield _stripped("\n".join(lines[_body(lines)]))
 
 
-def _stripped(text: str) -> list[str]:
+@functools.lru_cache(maxsize=1 << 10)  # every pass reads the same outputs again
+def _stripped(text: str) -> tuple[str, ...]:
     """The lines of `text`, stripped; one too long to keep whole (JSON) in pieces cut after commas."""
     out = []
     for raw in text.splitlines():
@@ -170,7 +172,7 @@ def _stripped(text: str) -> list[str]:
                 piece = ""
             piece += part
         out.append(piece.strip())
-    return out
+    return tuple(out)
 
 
 def _units(flat: Sequence[str], starts: set[int]) -> Iterator[tuple[int, ...]]:
@@ -244,6 +246,14 @@ def digest_lines(text: str) -> list[str]:
     ]
 
 
+_CHARS_PER_TOKEN = 3.5
+"""How a candidate line's tokens are estimated until it is counted (code and logs run 3-4)."""
+
+
+def _estimate(flat: Sequence[str], unit: tuple[int, ...]) -> float:
+    return sum(len(flat[i]) for i in unit) / _CHARS_PER_TOKEN + len(unit)
+
+
 def _pick_lines(
     transcript: Sequence[Message],
     start: int,
@@ -256,7 +266,8 @@ def _pick_lines(
     covered = set(covered)
     weights, telling = _weights(transcript, end)
     flat, starts = _flat(transcript, start, end)
-    names = [frozenset(n for n in names_in(line) if n in weights) for line in flat]
+    weighed = weights.keys()
+    names = [frozenset(names_in(line) & weighed) for line in flat]
     costs: dict[int, int] = {}
     chosen: set[int] = set()
 
@@ -268,7 +279,7 @@ def _pick_lines(
 
     # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
     repeated = Counter(line for m in transcript if m.role == "tool" for line in _stripped(m.text))
-    heap: list[tuple[float, tuple[int, ...], frozenset[str], float]] = []
+    heap: list[tuple[float, tuple[int, ...], frozenset[str], float, float]] = []
     seen: set[tuple[str, ...]] = set()
     for unit in _units(flat, starts):
         text = tuple(flat[i] for i in unit)
@@ -278,15 +289,20 @@ def _pick_lines(
         # Plain words alone (prose, a banner) the agent never wrote tell nothing worth a line.
         if text not in seen and value > 0 and any(n in telling for n in found):
             seen.add(text)
-            heapq.heappush(heap, (-value / cost(unit), unit, found, scale))
+            # Queued by an estimate; counted only when it comes up (thousands of lines per pass).
+            guess = _estimate(flat, unit)
+            heapq.heappush(heap, (-value / guess, unit, found, scale, guess))
     exhausted = False
     while heap and budget > 0:
-        _, unit, found, scale = heapq.heappop(heap)
-        value, spend = scale * worth(found - covered), cost(unit)
-        if value <= 0 or spend == 0:
+        _, unit, found, scale, guess = heapq.heappop(heap)
+        value = scale * worth(found - covered)
+        if value <= 0 or guess > 2 * budget:  # covered, or plainly too long: not counted
+            continue
+        spend = cost(unit)
+        if spend == 0:
             continue
         if heap and value / spend < -heap[0][0]:
-            heapq.heappush(heap, (-value / spend, unit, found, scale))  # worth less now: re-queue
+            heapq.heappush(heap, (-value / spend, unit, found, scale, guess))  # worth less now: re-queue
             continue
         if spend > budget:
             exhausted = exhausted or value >= _AGENT * 0.5

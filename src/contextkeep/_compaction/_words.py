@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -25,9 +26,24 @@ def command_text(call: ToolCall) -> str:
     return call.arguments
 
 
-def names_in(text: str) -> set[str]:
-    """The names in `text` a digest (or preview) weighs: identifiers and paths of 4+ characters, numbers."""
-    return {n for n in _NAME.findall(text) if len(n) >= 4 or n[0].isdigit()}
+def names_in(text: str) -> frozenset[str]:
+    """The names in `text` a digest (or preview) weighs: identifiers and paths of 4+ characters, numbers.
+
+    Remembered: every pass weighs the same transcript again, one line and one message at a time.
+    """
+    return _line_names(text) if len(text) <= _LINE_CHARS else _text_names(text)
+
+
+_LINE_CHARS = 512
+"""Texts up to this long are remembered by the many (a line); longer ones by the few (a message)."""
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n for n in _NAME.findall(text) if len(n) >= 4 or n[0].isdigit())
+
+
+_line_names = functools.lru_cache(maxsize=1 << 16)(_names)
+_text_names = functools.lru_cache(maxsize=1 << 10)(_names)
 
 
 def said(m: Message) -> str:
