@@ -41,12 +41,13 @@ WINDOW = 4_000_000
 SERVE = """
 import sys, uvicorn
 from contextkeep.server import ServerSettings, create_app
+from contextkeep.server.connections import uvicorn_config
 upstream, store, workspace, port = sys.argv[1:5]
 settings = ServerSettings(store=store, workspace=workspace, upstream=upstream, model="bench-model",
                           window=int(sys.argv[5]), tokenizer="tiktoken:o200k_base")
-uvicorn.run(create_app(settings), host="127.0.0.1", port=int(port), log_level="warning")
+uvicorn.Server(uvicorn_config(create_app(settings), "127.0.0.1", int(port), log_level="warning")).run()
 """
-"""The proxy's process: `contextkeep serve` with the tokenizer named (the CLI picks the model's)."""
+"""The proxy's process: `contextkeep serve` (its uvicorn configuration) with the tokenizer named."""
 
 
 def cheap_count(body: Mapping[str, Any]) -> int:

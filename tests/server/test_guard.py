@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from contextkeep.server import ServerSettings, create_app
+from contextkeep.server import ServerSettings, connections, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
 
@@ -120,7 +121,11 @@ def _closed_by_server(sock: socket.socket) -> bool:
         return False
 
 
-def test_a_client_sending_its_request_head_slowly_is_cut_off(served):
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_client_sending_its_request_head_slowly_is_cut_off(served, monkeypatch, parser):
+    if parser == "h11":  # a server installed without httptools
+        monkeypatch.setattr(connections, "HttpToolsProtocol", None)
+    assert issubclass(connections.head_deadline(0.5), H11Protocol) is (parser == "h11")
     start, _ = served
     server = start(header_timeout=0.5)
     head = f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUser-Agent: slow".encode()

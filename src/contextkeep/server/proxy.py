@@ -31,7 +31,7 @@ from contextkeep._errors import ContextKeepError, StoreError
 from contextkeep._manager import ContextManager
 from contextkeep._messages import Message
 from contextkeep._session import Session
-from contextkeep.server._incoming import ClientMemory, Memories
+from contextkeep.server._incoming import ClientMemory, Memories, parsed
 from contextkeep.server._turn import Turn, _error_event, _failure, _Replayed, openai_error
 from contextkeep.server.kept import KeptConversations
 from contextkeep.server.upstream import UpstreamAdapter, upstream_headers
@@ -110,12 +110,13 @@ class Proxy:
         conversation = request.headers.get(_CONVERSATION_HEADER) or await derived.of(request)
         if not conversation:  # no header, no user message to name it after (`server._derived_id`)
             return await self._pass_through(await request.body(), self._headers(request))
+        raw = await request.body()
         try:
-            chat = ChatRequest.model_validate_json(await request.body())
+            chat = parsed(raw, ChatRequest)
         except ValidationError as exc:
             return openai_error(400, f"invalid request: {exc}")
         await self.use_upstream_window(self._headers(request))
-        turn = await self.begin(request, conversation, chat)
+        turn = await self.begin(request, conversation, chat, body=raw)
         if isinstance(turn, Response):
             return turn
         session = turn.session
@@ -125,14 +126,17 @@ class Proxy:
             self._headers(request),
             include_usage=bool((chat.stream_options or {}).get("include_usage")),
             on_call=lambda view, tokens: self._remember(session, view, tokens),
+            encoded=turn.memory.encoded,
         )
         if chat.stream:
             turn.memory.streaming()
             return await self._streamed(session, chat, adapter, turn.lock)
         return await self.finish(request, turn, chat, adapter, lambda: adapter.response or {})
 
-    async def begin(self, request: Request, conversation: str, chat: ChatRequest) -> Turn | Response:
-        """Take the conversation's lock and continue its transcript with `chat`.
+    async def begin(
+        self, request: Request, conversation: str, chat: ChatRequest, *, body: bytes | None = None
+    ) -> Turn | Response:
+        """Take the conversation's lock and continue its transcript with `chat` (parsed from `body`).
 
         A stored reply (a retry, an idempotency key) or a refusal comes back as the response,
         the lock released; otherwise the turn holds the lock for :meth:`finish` or the stream.
@@ -142,7 +146,7 @@ class Proxy:
         lock = self.kept.lock(conversation)
         await lock.acquire()
         try:
-            served = await self._continue(memory, chat, fields, key)
+            served = await self._continue(memory, chat, fields, key, body)
         except BaseException:
             lock.release()
             raise
@@ -180,6 +184,8 @@ class Proxy:
             return _failure(exc, adapter)
         finally:
             turn.lock.release()
+        if body is adapter.response and adapter.content is not None:  # the upstream's reply as it is
+            return Response(adapter.content, media_type="application/json")
         return JSONResponse(body)
 
     async def use_upstream_window(self, headers: Mapping[str, str] | None = None) -> None:
@@ -208,7 +214,12 @@ class Proxy:
             self.manager.model = replace(spec, context_window=window, source=CapacitySource.UPSTREAM)
 
     async def _continue(
-        self, memory: ClientMemory, chat: ChatRequest, fields: Mapping[str, Any], key: str | None
+        self,
+        memory: ClientMemory,
+        chat: ChatRequest,
+        fields: Mapping[str, Any],
+        key: str | None,
+        body: bytes | None,
     ) -> tuple[Session, int] | Response:
         """The session the request continues, with its new messages added (and the transcript's length).
 
@@ -219,7 +230,7 @@ class Proxy:
         if stored is not None:
             return JSONResponse(stored)
         try:
-            incoming = memory.convert(chat.messages)
+            incoming = memory.convert(chat.messages, body)
         except (ContextKeepError, KeyError, TypeError, ValueError) as exc:
             return openai_error(400, f"invalid request: {exc}")
         session = await self._session(memory.branch)
