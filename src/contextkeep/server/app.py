@@ -144,6 +144,7 @@ def create_app(settings: ServerSettings | None = None, *, manager: ContextManage
         interval=settings.poll_interval,
         live=the_proxy.is_live if the_proxy else lambda _: False,
     )
+    hub.baseline = watcher.baseline
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +41,8 @@ class EventHub:
 
     def __init__(self) -> None:
         self._subscribers: set[_Subscriber] = set()
+        self.baseline: Callable[[str | None], Awaitable[None]] | None = None
+        """Takes what the store holds as history for a new stream (the store watcher's), if set."""
 
     @property
     def subscribers(self) -> int:
@@ -87,6 +89,8 @@ class EventHub:
         entry = (asyncio.Queue[Published | None](_QUEUE_SIZE), conversation, asyncio.get_running_loop())
         self._subscribers.add(entry)
         try:
+            if self.baseline is not None:  # from here on, what the store changes is news
+                await self.baseline(conversation)
             yield entry[0]
         finally:
             self._subscribers.discard(entry)

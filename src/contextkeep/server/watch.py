@@ -115,19 +115,37 @@ class StoreWatcher:
         """Every conversation's turn comes: the recently changed and new ones now, the rest by turns."""
         now = self._clock()
         if self._listed is None or now - self._listed_at >= self.list_interval:
-            listed = await self.reader.manager.store.list_conversations()
-            fresh = set(listed).difference(self._listed or ()).difference(self._seen)
-            for conversation in sorted(fresh):
-                if self._listed is None:  # what the store holds when watching starts is history
-                    self._seen[conversation] = await self._signature(conversation)
-                else:  # it appeared while watched: all it holds is news
-                    self._seen[conversation] = _Seen()
-                    self._changed[conversation] = now
-            self._listed, self._listed_at = listed, now
+            listed = await self._list(now)
+        else:
+            listed = self._listed
         for conversation, at in list(self._changed.items()):
             if now - at > self.hot_seconds:
                 del self._changed[conversation]
-        return sorted(set(self._changed).union(self._turns(self._listed)))
+        return sorted(set(self._changed).union(self._turns(listed)))
+
+    async def baseline(self, conversation: str | None) -> None:
+        """Take what the store holds now as history for a new watcher of `conversation` (all: None).
+
+        A stream calls it before it reports itself connected, so whatever happens after that is
+        news, even before the next poll.
+        """
+        if conversation is None:
+            if self._listed is None:
+                await self._list(self._clock())
+        elif conversation not in self._seen:
+            self._seen[conversation] = await self._signature(conversation)
+
+    async def _list(self, now: float) -> list[str]:
+        listed = await self.reader.manager.store.list_conversations()
+        fresh = set(listed).difference(self._listed or ()).difference(self._seen)
+        for conversation in sorted(fresh):
+            if self._listed is None:  # what the store holds when watching starts is history
+                self._seen[conversation] = await self._signature(conversation)
+            else:  # it appeared while watched: all it holds is news
+                self._seen[conversation] = _Seen()
+                self._changed[conversation] = now
+        self._listed, self._listed_at = listed, now
+        return listed
 
     def _turns(self, listed: Sequence[str]) -> list[str]:
         if len(listed) <= self.sweep:
