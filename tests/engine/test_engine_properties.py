@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +57,7 @@ def check_pairing(view: list[Message]) -> None:
     assert calls == results
 
 
+@pytest.mark.slow  # 40 generated histories, each compacted end to end: 5-7 s
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     batches=histories(),

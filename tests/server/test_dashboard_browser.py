@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 MODEL, WINDOW, RESERVED = "fake-model", 2_000, 200
 CONFIG = ContextConfig(min_keep_tokens=0, reserved_tokens=RESERVED)
 TOKENIZER = "tiktoken:o200k_base"  # what the fake model counts with
-PACE = 0.45  # seconds between steps, so each indicator state lasts several polls
+POLL = 0.1  # how often the server reads the store the demo writes to
+PACE = 3 * POLL  # seconds between steps, so each indicator state lasts several polls
 TOOLS = [
     {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
 ]
@@ -139,7 +140,7 @@ def passed_through(phases: list[str]) -> bool:
 def test_indicator_follows_a_live_workload(browser, tmp_path):
     store, workspace = f"sqlite:///{tmp_path / 'ck.db'}", tmp_path / "ws"
     # The dashboard is pointed at the demo exactly as `contextkeep serve --demo` points it.
-    settings = demo_settings(ServerSettings(store=store, workspace=str(workspace), poll_interval=0.2))
+    settings = demo_settings(ServerSettings(store=store, workspace=str(workspace), poll_interval=POLL))
     artifacts = Path(os.environ.get("CONTEXTKEEP_ARTIFACTS", tmp_path))
     artifacts.mkdir(parents=True, exist_ok=True)
     with BackgroundServer(create_app(settings)) as server:

@@ -112,6 +112,7 @@ _ADDED = st.sampled_from(
 )
 
 
+@pytest.mark.slow  # loads the DeepSeek tokenizer twice
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(_ALPHABET, _ADDED, st.text(max_size=5)), max_size=40).map("".join))
 def test_generated_text_counts_the_same(encoder: HFEncoder, reference: Tokenizer, text: str) -> None:
