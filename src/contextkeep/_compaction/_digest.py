@@ -119,8 +119,10 @@ def _plain(name: str) -> bool:
     return name.isalpha() and name[1:].islower()
 
 
-def _weights(transcript: Sequence[Message], end: int) -> tuple[dict[str, float], set[str]]:
-    """What each name is worth: the agent's own use (recent most), then recurrence across outputs.
+def _weights(
+    transcript: Sequence[Message], end: int, needed: set[str]
+) -> tuple[dict[str, float], set[str]]:
+    """What each of the `needed` names is worth: the agent's own use (recent most), then recurrence.
 
     Scaled by rarity (names in most messages, plain words, say little); names the kept
     rounds show are in view anyway. Also the names that tell something: the agent's, and
@@ -137,7 +139,7 @@ def _weights(transcript: Sequence[Message], end: int) -> tuple[dict[str, float],
     # Only what the agent said stays verbatim while the digest does: old outputs get masked.
     shown = {n for m in transcript[end:] if m.role == "assistant" for n in names_in(said(m))}
     weights = {}
-    for n in set(agent) | set(recur):
+    for n in needed.intersection(agent.keys() | recur.keys()):
         w = _AGENT * agent.get(n, 0.0) + (_RECUR * min(math.log2(recur[n]), 3.0) if recur[n] > 1 else 0.0)
         w += 0.0 if _plain(n) else _BASE
         rarity = math.log2(1 + len(transcript) / max(spread[n], 1))
@@ -188,6 +190,23 @@ def _units(flat: Sequence[str], starts: set[int]) -> Iterator[tuple[int, ...]]:
         longest = max(map(len, names_in(line)), default=0)
         alone = len(line) - longest >= _ALONE_CHARS or here in starts
         yield (here,) if alone or len(flat[here - 1]) > _LINE_CHARS else (here - 1, here)
+
+
+_WINDOW_CHARS = 400_000
+"""Text of the newest dropped messages whose lines are candidates (the commands are all listed).
+
+A pass rebuilds the digest from what it drops: without a bound, each pass reads the whole
+dropped history again (a 20 KB output per call, 120 calls: about 1 s per pass)."""
+
+
+def _window_start(transcript: Sequence[Message], start: int, end: int) -> int:
+    """The first of the newest messages of `transcript[start:end]` holding about `_WINDOW_CHARS`."""
+    chars = 0
+    for i in range(end - 1, start - 1, -1):
+        chars += len(transcript[i].text)
+        if chars > _WINDOW_CHARS:
+            return i + 1
+    return start
 
 
 def _flat(transcript: Sequence[Message], start: int, end: int) -> tuple[list[str], set[int]]:
@@ -246,12 +265,23 @@ def digest_lines(text: str) -> list[str]:
     ]
 
 
-_CHARS_PER_TOKEN = 3.5
-"""How a candidate line's tokens are estimated until it is counted (code and logs run 3-4)."""
+_SAMPLE_LINES = 64
+"""Lines counted to learn this text's tokens per character before the others are estimated."""
 
 
-def _estimate(flat: Sequence[str], unit: tuple[int, ...]) -> float:
-    return sum(len(flat[i]) for i in unit) / _CHARS_PER_TOKEN + len(unit)
+def _tokens_per_char(flat: Sequence[str], counter: TokenCounter) -> float:
+    """Tokens per character of an even sample of `flat` (digits and code run far from chars / 4).
+
+    An estimate biased low would have the greedy pick count nearly every line: each one it
+    takes up, once counted, falls behind the next still estimated.
+    """
+    sample = flat[:: max(len(flat) // _SAMPLE_LINES, 1)]
+    chars = sum(map(len, sample))
+    return sum(counter.count_text(line) for line in sample) / chars if chars else 0.25
+
+
+def _estimate(flat: Sequence[str], unit: tuple[int, ...], per_char: float) -> float:
+    return sum(len(flat[i]) for i in unit) * per_char + len(unit)
 
 
 def _pick_lines(
@@ -264,8 +294,9 @@ def _pick_lines(
 ) -> tuple[list[str], bool]:
     """Greedy by value per token, lazily re-valued (a unit's value falls as its names get covered)."""
     covered = set(covered)
-    weights, telling = _weights(transcript, end)
+    start = _window_start(transcript, start, end)
     flat, starts = _flat(transcript, start, end)
+    weights, telling = _weights(transcript, end, set().union(*map(names_in, flat)))
     weighed = weights.keys()
     names = [frozenset(names_in(line) & weighed) for line in flat]
     costs: dict[int, int] = {}
@@ -274,11 +305,18 @@ def _pick_lines(
     def worth(found: Iterable[str]) -> float:
         return math.fsum(weights[n] for n in found)  # exact, so the same in any set order
 
+    def line_cost(i: int) -> int:
+        n = costs.get(i)
+        if n is None:
+            n = costs[i] = counter.count_text(flat[i]) + 1
+        return n
+
     def cost(unit: tuple[int, ...]) -> int:
-        return sum(costs.setdefault(i, counter.count_text(flat[i]) + 1) for i in unit if i not in chosen)
+        return sum(line_cost(i) for i in unit if i not in chosen)
 
     # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
-    repeated = Counter(line for m in transcript if m.role == "tool" for line in _stripped(m.text))
+    repeated = Counter(line for m in transcript[start:] if m.role == "tool" for line in _stripped(m.text))
+    per_char = _tokens_per_char(flat, counter)
     heap: list[tuple[float, tuple[int, ...], frozenset[str], float, float]] = []
     seen: set[tuple[str, ...]] = set()
     for unit in _units(flat, starts):
@@ -290,7 +328,7 @@ def _pick_lines(
         if text not in seen and value > 0 and any(n in telling for n in found):
             seen.add(text)
             # Queued by an estimate; counted only when it comes up (thousands of lines per pass).
-            guess = _estimate(flat, unit)
+            guess = _estimate(flat, unit, per_char)
             heapq.heappush(heap, (-value / guess, unit, found, scale, guess))
     exhausted = False
     while heap and budget > 0:
@@ -298,11 +336,14 @@ def _pick_lines(
         value = scale * worth(found - covered)
         if value <= 0 or guess > 2 * budget:  # covered, or plainly too long: not counted
             continue
-        spend = cost(unit)
+        if heap and value / guess < -heap[0][0]:  # worth less now (its names got covered): re-queue
+            heapq.heappush(heap, (-value / guess, unit, found, scale, guess))
+            continue
+        spend = cost(unit)  # counted only when it is about to be taken
         if spend == 0:
             continue
-        if heap and value / spend < -heap[0][0]:
-            heapq.heappush(heap, (-value / spend, unit, found, scale, guess))  # worth less now: re-queue
+        if heap and value / spend < -heap[0][0]:  # dearer than estimated: re-queue at its count
+            heapq.heappush(heap, (-value / spend, unit, found, scale, spend))
             continue
         if spend > budget:
             exhausted = exhausted or value >= _AGENT * 0.5
