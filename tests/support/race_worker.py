@@ -165,8 +165,17 @@ async def run_workers(
     procs = {w: launch(specs[w], folder / f"{w}.err") for w in workers}
     acked = dict.fromkeys(workers, 0)
     result = Run()
-    next_kill = time.monotonic() + (rng.uniform(0.5, 2.0) if rng else float("inf"))
+    # The first kill comes soon after the first round is acknowledged (a run of a few steps may
+    # end within seconds of its start); the next ones at random moments after each restart.
+    next_kill = float("inf")
     while procs:
+        if (
+            rng
+            and next_kill == float("inf")
+            and not result.kills
+            and any(journal(folder, w) for w in workers)
+        ):
+            next_kill = time.monotonic() + rng.uniform(0.0, 0.3)
         for w, proc in list(procs.items()):
             if (code := proc.poll()) is not None:
                 del procs[w]
@@ -182,7 +191,7 @@ async def run_workers(
                 result.kills += 1
                 acked[victim] = len(journal(folder, victim))
                 procs[victim] = launch(specs[victim], folder / f"{victim}.err")
-                next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
+                next_kill = time.monotonic() + rng.uniform(0.1, 1.0)
         await asyncio.sleep(0.02)
     for w in workers:
         result.views[w] = (folder / f"{w}.view.json").read_bytes()
