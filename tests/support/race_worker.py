@@ -154,8 +154,8 @@ class Run:
 async def run_workers(
     spec: Mapping[str, Any], workers: Sequence[str], rng: random.Random | None = None, kills: int = 0
 ) -> Run:
-    """Run one process per worker to the end; with `rng`, SIGKILL one at random moments (at most
-    `kills` times) and restart it.
+    """Run one process per worker to the end; with `rng`, SIGKILL one (the first time as soon as one
+    acknowledged a round, then at random moments; at most `kills` times) and restart it.
 
     Only a worker that acknowledged a round since it (re)started is killed, so every restart
     makes progress; none is killed once done with its steps.
@@ -165,17 +165,10 @@ async def run_workers(
     procs = {w: launch(specs[w], folder / f"{w}.err") for w in workers}
     acked = dict.fromkeys(workers, 0)
     result = Run()
-    # The first kill comes soon after the first round is acknowledged (a run of a few steps may
-    # end within seconds of its start); the next ones at random moments after each restart.
-    next_kill = float("inf")
+    # The first kill comes as soon as a round is acknowledged (a run of 20 steps may be over
+    # within a second); the next ones at random moments after each restart.
+    next_kill = time.monotonic() if rng else float("inf")
     while procs:
-        if (
-            rng
-            and next_kill == float("inf")
-            and not result.kills
-            and any(journal(folder, w) for w in workers)
-        ):
-            next_kill = time.monotonic() + rng.uniform(0.0, 0.3)
         for w, proc in list(procs.items()):
             if (code := proc.poll()) is not None:
                 del procs[w]
@@ -191,7 +184,7 @@ async def run_workers(
                 result.kills += 1
                 acked[victim] = len(journal(folder, victim))
                 procs[victim] = launch(specs[victim], folder / f"{victim}.err")
-                next_kill = time.monotonic() + rng.uniform(0.1, 1.0)
+                next_kill = time.monotonic() + rng.uniform(0.0, 0.6)
         await asyncio.sleep(0.02)
     for w in workers:
         result.views[w] = (folder / f"{w}.view.json").read_bytes()
