@@ -119,9 +119,7 @@ def _plain(name: str) -> bool:
     return name.isalpha() and name[1:].islower()
 
 
-def _weights(
-    transcript: Sequence[Message], end: int, needed: set[str]
-) -> tuple[dict[str, float], set[str]]:
+def _weights(transcript: Sequence[Message], end: int, needed: set[str]) -> tuple[dict[str, float], set[str]]:
     """What each of the `needed` names is worth: the agent's own use (recent most), then recurrence.
 
     Scaled by rarity (names in most messages, plain words, say little); names the kept
