@@ -1,14 +1,11 @@
 """OpenAI-compatible `POST /v1/chat/completions` that manages each conversation's context.
 
-With an ``X-Conversation-Id`` header the request's ``messages`` are taken as the agent's
-full history: what is new since the stored transcript (see :mod:`contextkeep._continuation`)
-is appended, and `Session.complete` prepares the view (deferred compression included),
-forwards it with the request's other fields, records the reply with its usage, and on an
-upstream overflow compacts and retries (``max_token_limit_recovery_attempts``). Without the
-header the request is passed through untouched.
-
-Authorization upstream: the configured upstream key when there is one; otherwise the
-client's own ``Authorization`` header, unless the server's bearer token consumed it.
+The request's ``messages`` are the agent's full history, of the conversation its
+``X-Conversation-Id`` names (or one derived from the history's head, `server._derived_id`): what is new
+since the stored transcript (:mod:`contextkeep._continuation`) is appended, and `Session.complete`
+prepares the view, forwards it with the request's other fields, records the reply with its usage,
+and on an upstream overflow compacts and retries. Upstream authorization: the configured key,
+else the client's own ``Authorization`` header unless the server's bearer token consumed it.
 """
 
 from __future__ import annotations
