@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from contextkeep._formats.anthropic import message_blocks
 from contextkeep._messages import Message
 from contextkeep.models.adapter import ModelReply
 from contextkeep.server._call_pieces import CallPiece, CallPieces
+from contextkeep.server._probe import has_endpoint
 from contextkeep.server.proxy import Proxy
 from contextkeep.server.upstream import STARTED, UpstreamAdapter
 
@@ -40,35 +40,22 @@ logger = logging.getLogger("contextkeep.server")
 
 _STOP_REASONS = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 _CHAT_OPTIONS = ("stream", "temperature", "top_p", "user")
-_SPEAKS: weakref.WeakKeyDictionary[Proxy, bool] = weakref.WeakKeyDictionary()
 
 
 async def speaks_messages(proxy: Proxy, headers: Mapping[str, str], setting: str = "auto") -> bool:
     """Whether the upstream has the Messages API: the setting, or (`auto`) asked once (yes if unreachable)."""
     if setting != "auto":
         return setting == "anthropic"
-    known = _SPEAKS.get(proxy)
-    if known is not None:
-        return known
-    try:
-        answer = await proxy.client.post(
-            "messages", content=b"{}", headers={**headers, "content-type": "application/json"}
-        )
-    except httpx.HTTPError as exc:
-        logger.info("could not ask the upstream whether it speaks the Messages API: %s", exc)
-        return True
+    return await has_endpoint(proxy, headers, "messages", _anthropic_refusal, unreachable=True)
+
+
+def _anthropic_refusal(answer: httpx.Response) -> bool:
+    """An error in the Messages API's own shape (a chat-only server answers 404 its own way)."""
     try:
         body = answer.json()
     except ValueError:
-        body = None
-    speaks = isinstance(body, dict) and body.get("type") == "error"
-    _SPEAKS[proxy] = speaks
-    if not speaks:
-        logger.info(
-            "the upstream has no Messages API (%d): /v1/messages goes to its chat completions",
-            answer.status_code,
-        )
-    return speaks
+        return False
+    return isinstance(body, dict) and body.get("type") == "error"
 
 
 def anthropic_error_event(exc: Exception) -> bytes:

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import httpx
 
 from contextkeep._formats.openai import from_openai
 from contextkeep._formats.responses_items import reply_history, view_items
 from contextkeep._messages import Message
 from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
+from contextkeep.server._probe import has_endpoint
 from contextkeep.server.proxy import Proxy
 from contextkeep.server.upstream import STARTED, UpstreamAdapter, UpstreamError
 
@@ -35,11 +33,8 @@ __all__ = ["ResponsesPassthrough", "responses_error_event", "speaks_responses"]
 
 logger = logging.getLogger("contextkeep.server")
 
-_SPEAKS: weakref.WeakKeyDictionary[Proxy, bool] = weakref.WeakKeyDictionary()
 _REFUSED_BODY = frozenset({400, 422})
 """What a server with the endpoint answers to an empty body."""
-_UNDECIDED = frozenset({401, 403})
-"""The key was refused before the path was looked at: asked again at the next request."""
 _FINAL = frozenset({"response.completed", "response.incomplete"})
 _FAILED = frozenset({"error", "response.failed"})
 
@@ -48,25 +43,9 @@ async def speaks_responses(proxy: Proxy, headers: Mapping[str, str], setting: st
     """Whether `/v1/responses` goes upstream as Responses: the setting, or (`auto`) the upstream's answer."""
     if setting != "auto":
         return setting == "responses"
-    known = _SPEAKS.get(proxy)
-    if known is not None:
-        return known
-    try:
-        answer = await proxy.client.post(
-            "responses", content=b"{}", headers={**headers, "content-type": "application/json"}
-        )
-    except httpx.HTTPError as exc:
-        logger.info("could not ask the upstream whether it speaks Responses: %s", exc)
-        return False
-    speaks = answer.status_code in _REFUSED_BODY
-    if answer.status_code not in _UNDECIDED:
-        _SPEAKS[proxy] = speaks
-    logger.info(
-        "/v1/responses goes to the upstream's %s (it answered %d to an empty request)",
-        "/responses as it is" if speaks else "chat completions",
-        answer.status_code,
+    return await has_endpoint(
+        proxy, headers, "responses", lambda answer: answer.status_code in _REFUSED_BODY, unreachable=False
     )
-    return speaks
 
 
 def responses_error_event(exc: Exception) -> bytes:
