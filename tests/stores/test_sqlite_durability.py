@@ -44,9 +44,11 @@ def _run_until_killed(url: str, conversation: str, acknowledged: int, err: Path)
             seen.append((kind, value))
         proc.send_signal(signal.SIGKILL)  # wherever it is: mid-transaction, mid-commit, between writes
         assert proc.wait(60) == -signal.SIGKILL
-        for line in proc.stdout.read().decode().splitlines():  # printed before the kill landed
-            kind, value = line.split()
-            seen.append((kind, value))
+        # Printed before the kill landed: a line without its newline was cut by the kill.
+        for line in proc.stdout.read().decode().splitlines(keepends=True):
+            if line.endswith("\n"):
+                kind, value = line.split()
+                seen.append((kind, value))
     finally:
         proc.kill()
         proc.wait()

@@ -9,9 +9,16 @@ the parent read was acknowledged. It runs until killed.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from contextkeep import ContextManager, ModelSpec
+
+
+def _acknowledge(kind: str, value: object) -> None:
+    # One write(2) per line: a pipe write under PIPE_BUF is atomic, so a kill never leaves
+    # half a line for the parent to misread (a buffered print may split a line across flushes).
+    os.write(1, f"{kind} {value}\n".encode())
 
 
 async def main(url: str, conversation: str) -> None:
@@ -21,12 +28,12 @@ async def main(url: str, conversation: str) -> None:
         step = len(s.transcript)
         while True:
             (stored,) = await s.add([{"role": "user", "content": f"step {step}"}])
-            print("m", stored.id, flush=True)
+            _acknowledge("m", stored.id)
             doc = await store.load_document(conversation, "progress")
             if await store.save_document(
                 conversation, "progress", {"step": step}, expected_version=doc.version
             ):
-                print("d", doc.version + 1, flush=True)
+                _acknowledge("d", doc.version + 1)
             step += 1
 
 
