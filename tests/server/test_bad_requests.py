@@ -7,18 +7,15 @@ local workspace), in front of the fake upstream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
 from support import call, result
+from support.proxy_fixtures import StartProxy
 
 HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a careful engineer."},
@@ -27,19 +24,10 @@ HISTORY: list[dict[str, Any]] = [
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
-    with FakeLLMServer(context_window=8_000) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=8_000,
-            config=ContextConfig(min_keep_tokens=0),
-            tokenizer="heuristic",
-        )
-        with BackgroundServer(create_app(settings)) as running:
-            yield running.url
+def server(start_proxy: StartProxy) -> str:
+    upstream = FakeLLMServer(context_window=8_000)
+    config = ContextConfig(min_keep_tokens=0)
+    return start_proxy(upstream, window=8_000, config=config, tokenizer="heuristic").url
 
 
 def chat(url: str, conversation: str, messages: list[dict[str, Any]]) -> httpx.Response:

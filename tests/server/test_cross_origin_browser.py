@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
 from support.browser import chromium
+from support.stub_http import QuietHandler, stub_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -44,7 +41,7 @@ ATTACK = """async (target) => {
 }""".replace("CHAT_JSON", json.dumps(CHAT))
 
 
-class _Page(BaseHTTPRequestHandler):
+class _Page(QuietHandler):
     def do_GET(self) -> None:
         page = b"<!doctype html><title>elsewhere</title><p>an unrelated site</p>"
         self.send_response(200)
@@ -53,19 +50,12 @@ class _Page(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(page)
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
-def elsewhere():
+def elsewhere() -> Iterator[str]:
     """Another origin: a tiny web server on another port."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with stub_server(_Page) as url:
+        yield url
 
 
 @pytest.fixture
@@ -74,30 +64,21 @@ def browser() -> Iterator[Any]:
     yield from chromium([f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"])
 
 
-def test_a_page_elsewhere_cannot_use_the_proxy_or_rebind_to_the_api(browser, elsewhere, tmp_path):
-    with FakeLLMServer(context_window=4_096) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            upstream_api_key="sk-server-secret",
-            model="fake-model",
-            window=4_096,
-            tokenizer="tiktoken:o200k_base",
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            page = browser.new_page()
-            page.goto(elsewhere)
-            outcomes = page.evaluate(ATTACK, server.url)
-            assert len(outcomes) == 3, outcomes
-            assert outcomes[2] == "cors json: TypeError", outcomes  # the preflight found no permission
-            assert [r.path for r in upstream.requests if r.path != "/v1/models"] == []
+def test_a_page_elsewhere_cannot_use_the_proxy_or_rebind_to_the_api(browser, elsewhere, start_proxy):
+    upstream = FakeLLMServer(context_window=4_096)
+    server = start_proxy(upstream, upstream_api_key="sk-server-secret", window=4_096)
+    page = browser.new_page()
+    page.goto(elsewhere)
+    outcomes = page.evaluate(ATTACK, server.url)
+    assert len(outcomes) == 3, outcomes
+    assert outcomes[2] == "cors json: TypeError", outcomes  # the preflight found no permission
+    assert [r.path for r in upstream.requests if r.path != "/v1/models"] == []
 
-            # DNS rebinding: the attacker's name now points at this machine; the page is same-origin.
-            answer = page.goto(f"http://{REBOUND}:{server.port}/api/conversations")
-            assert answer is not None and answer.status == 421
-            assert page.evaluate("() => fetch('/api/health').then((r) => r.status)") == 421
+    # DNS rebinding: the attacker's name now points at this machine; the page is same-origin.
+    answer = page.goto(f"http://{REBOUND}:{server.port}/api/conversations")
+    assert answer is not None and answer.status == 421
+    assert page.evaluate("() => fetch('/api/health').then((r) => r.status)") == 421
 
-            # The dashboard itself, opened as usual, works.
-            assert page.goto(f"{server.url}/api/health").status == 200
-            assert page.evaluate("() => fetch('/api/health').then((r) => r.json())")["ok"] is True
+    # The dashboard itself, opened as usual, works.
+    assert page.goto(f"{server.url}/api/health").status == 200
+    assert page.evaluate("() => fetch('/api/health').then((r) => r.json())")["ok"] is True

@@ -6,15 +6,12 @@ import logging
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server._derived_id import derived_conversation_id
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from support.proxy_fixtures import openai_client, served_proxy
 
 SYSTEM = "You are a careful operations agent."
 
@@ -47,27 +44,19 @@ def test_the_id_follows_the_stable_head_only():
 
 @pytest.mark.slow
 def test_a_client_without_an_id_is_managed_and_told_once(tmp_path, caplog):
-    with FakeLLMServer(context_window=16_384, responder=step) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=16_384,
-            config=ContextConfig(min_keep_tokens=0),
-            tokenizer="tiktoken:o200k_base",
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            agent = closing(openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", max_retries=0))
-            history: Any = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Go."}]
-            with caplog.at_level(logging.INFO, logger="contextkeep.server"):
-                for _ in range(3):
-                    reply = agent.chat.completions.create(model="fake-model", messages=history)
-                    message = reply.choices[0].message.model_dump(exclude_none=True)
-                    call = message["tool_calls"][0]["id"]
-                    history += [message, {"role": "tool", "tool_call_id": call, "content": "42"}]
-            expected = derived_conversation_id(history)
-            status = httpx.get(f"{server.url}/api/conversations/{expected}/status").json()
+    upstream = FakeLLMServer(context_window=16_384, responder=step)
+    config = ContextConfig(min_keep_tokens=0)
+    with upstream, served_proxy(tmp_path, upstream, window=16_384, config=config) as server:
+        agent = openai_client(server)
+        history: Any = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Go."}]
+        with caplog.at_level(logging.INFO, logger="contextkeep.server"):
+            for _ in range(3):
+                reply = agent.chat.completions.create(model="fake-model", messages=history)
+                message = reply.choices[0].message.model_dump(exclude_none=True)
+                call = message["tool_calls"][0]["id"]
+                history += [message, {"role": "tool", "tool_call_id": call, "content": "42"}]
+        expected = derived_conversation_id(history)
+        status = httpx.get(f"{server.url}/api/conversations/{expected}/status").json()
     assert status["messages"] == len(history) - 1  # every call landed in one conversation
     told = [r for r in caplog.records if "sends no X-Conversation-Id" in r.getMessage()]
     assert len(told) == 1 and expected in told[0].getMessage()

@@ -9,27 +9,23 @@ import httpx
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
 from support import wait_until
+from support.proxy_fixtures import served_proxy
 
 WINDOW = 1_500
 CONVERSATIONS, TURNS, CAP = 8, 6, 3
 
 
 def serve(tmp_path, name: str, upstream: FakeLLMServer, **limits) -> BackgroundServer:
-    settings = ServerSettings(
-        store=f"sqlite:///{tmp_path / f'{name}.db'}",
-        workspace=str(tmp_path / f"{name}-ws"),
-        upstream=upstream.base_url,
-        model="fake-model",
+    return served_proxy(
+        tmp_path / name,
+        upstream,
         window=WINDOW,
         config=ContextConfig(min_keep_tokens=0, reserved_tokens=200),
-        tokenizer="tiktoken:o200k_base",
         **limits,
     )
-    return BackgroundServer(create_app(settings))
 
 
 def kept(server: BackgroundServer):

@@ -6,45 +6,29 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from contextkeep.server import ServerSettings, connections, create_app
+from contextkeep.server import connections
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import StartProxy, chat_calls
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]}
 SERVER_KEY = "sk-server-secret"
 
 
-def chat_calls(upstream: FakeLLMServer) -> int:
-    return sum(1 for r in upstream.requests if r.path == "/v1/chat/completions")
-
-
 @pytest.fixture
-def served(tmp_path):
-    def start(**limits):
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            upstream_api_key=SERVER_KEY,
-            model="fake-model",
-            window=4_096,
-            tokenizer="tiktoken:o200k_base",
-            **limits,
-        )
-        server = BackgroundServer(create_app(settings)).start()
-        opened.append(server)
-        return server
+def served(start_proxy: StartProxy):
+    upstream = FakeLLMServer(context_window=4_096)
 
-    opened: list[BackgroundServer] = []
-    with FakeLLMServer(context_window=4_096) as upstream:
-        yield start, upstream
-        for server in opened:
-            server.stop()
+    def start(**limits: Any) -> BackgroundServer:
+        return start_proxy(upstream, upstream_api_key=SERVER_KEY, window=4_096, **limits)
+
+    return start, upstream
 
 
 def post(server: BackgroundServer, body: bytes, **headers: str) -> httpx.Response:

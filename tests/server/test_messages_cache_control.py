@@ -9,10 +9,15 @@ import anthropic
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
-from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import (
+    ANTHROPIC_READ_LOG,
+    answer_tool_use,
+    anthropic_client,
+    bodies_sent,
+    breakpoints,
+    counting_agent,
+)
 
 WINDOW = 8192
 EPHEMERAL = {"type": "ephemeral"}
@@ -21,50 +26,21 @@ EPHEMERAL = {"type": "ephemeral"}
 def tools(marked: int) -> Any:
     return [
         {
+            **ANTHROPIC_READ_LOG,
             "name": f"read_log_{i}",
-            "description": "Read one log file.",
-            "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
             **({"cache_control": EPHEMERAL} if i < marked else {}),
         }
         for i in range(2)
     ]
 
 
-def log_output(step: int) -> str:
-    return "\n".join(
-        f"worker-{step} line {i}: batch {step * 100 + i} took {i * 7 % 97} ms" for i in range(40)
-    )
-
-
 @pytest.fixture
-def served(tmp_path):
-    steps = itertools.count()
-
-    def agent(body: Any) -> Reply:
-        step = next(steps)
-        return Reply(text=f"step {step}", tool_calls=[ToolCallSpec("read_log_0", {"name": f"w{step}.log"})])
-
-    with FakeLLMServer(context_window=WINDOW, responder=agent) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            upstream_api_key="sk-configured",
-            model="fake-model",
-            window=WINDOW,
-            config=ContextConfig(min_keep_tokens=0),
-            tokenizer="tiktoken:o200k_base",
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            client = closing(
-                anthropic.Anthropic(
-                    base_url=server.url,
-                    api_key="sk-ant-client",
-                    default_headers={"X-Conversation-Id": "cached"},
-                    max_retries=0,
-                )
-            )
-            yield client, upstream
+def served(start_proxy):
+    upstream = FakeLLMServer(context_window=WINDOW, responder=counting_agent("read_log_0", "w{}.log"))
+    server = start_proxy(
+        upstream, window=WINDOW, config=ContextConfig(min_keep_tokens=0), upstream_api_key="sk-configured"
+    )
+    return anthropic_client(server, "cached", api_key="sk-ant-client"), upstream
 
 
 def run_loop(client: anthropic.Anthropic, calls: int, *, marked_tools: int, system: Any) -> None:
@@ -73,18 +49,11 @@ def run_loop(client: anthropic.Anthropic, calls: int, *, marked_tools: int, syst
         message = client.messages.create(
             model="fake-model", max_tokens=512, system=system, messages=history, tools=tools(marked_tools)
         )
-        [use] = [b for b in message.content if b.type == "tool_use"]
-        history.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        history.append(
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": log_output(step)}],
-            }
-        )
+        answer_tool_use(history, message, step)
 
 
 def sent(upstream: FakeLLMServer) -> list[dict[str, Any]]:
-    return [r.body for r in upstream.requests if r.path == "/v1/messages" and r.body.get("messages")]
+    return bodies_sent(upstream, "/v1/messages")
 
 
 def unmarked(value: Any) -> Any:
@@ -106,14 +75,6 @@ def marked_messages(body: dict[str, Any]) -> list[int]:
         for i, m in enumerate(body["messages"])
         if isinstance(m["content"], list) and any("cache_control" in b for b in m["content"])
     ]
-
-
-def breakpoints(value: Any) -> int:
-    if isinstance(value, dict):
-        return int("cache_control" in value) + sum(breakpoints(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(breakpoints(v) for v in value)
-    return 0
 
 
 def test_the_breakpoint_marks_the_end_of_what_did_not_change_since_the_previous_call(served):

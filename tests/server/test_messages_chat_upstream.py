@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -12,68 +10,33 @@ import httpx
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
-from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import (
+    ANTHROPIC_READ_LOG,
+    answer_tool_use,
+    anthropic_client,
+    counting_agent,
+    messages_create,
+    served_proxy,
+)
+from support.stub_http import QuietHandler, stub_server
 
 WINDOW = 16_384
 CALLS = 100
-TOOLS: Any = [
-    {
-        "name": "read_log",
-        "description": "Read one log file.",
-        "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
-    }
-]
-
-
-def log_output(step: int) -> str:
-    return "\n".join(
-        f"worker-{step} line {i}: batch {step * 100 + i} took {i * 7 % 97} ms" for i in range(40)
-    )
-
-
-def settings_for(tmp_path: Any, upstream: FakeLLMServer, **overrides: Any) -> ServerSettings:
-    fields: dict[str, Any] = {
-        "store": f"sqlite:///{tmp_path / 'ck.db'}",
-        "workspace": str(tmp_path / "ws"),
-        "upstream": upstream.base_url,
-        "model": "fake-model",
-        "window": WINDOW,
-        "config": ContextConfig(min_keep_tokens=0),
-        "tokenizer": "tiktoken:o200k_base",  # the fake upstream counts with it
-    }
-    return ServerSettings(**{**fields, **overrides})
+TOOLS: Any = [ANTHROPIC_READ_LOG]
 
 
 def client_of(server: BackgroundServer, conversation: str) -> anthropic.Anthropic:
-    return closing(
-        anthropic.Anthropic(
-            base_url=server.url,
-            api_key="sk-ant-client",
-            default_headers={"X-Conversation-Id": conversation},
-            max_retries=0,
-        )
-    )
+    return anthropic_client(server, conversation, api_key="sk-ant-client")
 
 
 @pytest.fixture
-def served(tmp_path):
-    steps = itertools.count()
-
-    def agent(body: Any) -> Reply:
-        step = next(steps)
-        return Reply(
-            text=f"step {step}",
-            reasoning=f"look at worker-{step}",
-            tool_calls=[ToolCallSpec("read_log", {"name": f"worker-{step}.log"})],
-        )
-
-    with FakeLLMServer(context_window=WINDOW, responder=agent, messages_api=False) as upstream:
-        settings = settings_for(tmp_path, upstream, upstream_api_key="sk-configured")
-        with BackgroundServer(create_app(settings)) as server:
-            yield server, upstream
+def served(start_proxy):
+    agent = counting_agent(reasoning=lambda step: f"look at worker-{step}")
+    upstream = FakeLLMServer(context_window=WINDOW, responder=agent, messages_api=False)
+    config = ContextConfig(min_keep_tokens=0)
+    return start_proxy(upstream, window=WINDOW, config=config, upstream_api_key="sk-configured"), upstream
 
 
 @pytest.mark.slow
@@ -91,19 +54,12 @@ def test_a_hundred_call_tool_loop_through_a_chat_only_16k_upstream(served, strea
             "tools": TOOLS,
             "tool_choice": {"type": "auto"},
         }
-        if stream:
-            with client.messages.stream(**request) as events:
-                message = events.get_final_message()
-        else:
-            message = client.messages.create(**request)
+        message = messages_create(client, stream, **request)
         assert message.stop_reason == "tool_use"
         [text] = [b for b in message.content if b.type == "text"]
-        [use] = [b for b in message.content if b.type == "tool_use"]
+        use = answer_tool_use(history, message, step)
         assert text.text == f"step {step}"
         assert use.name == "read_log" and use.input == {"name": f"worker-{step}.log"}
-        history.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        result = {"type": "tool_result", "tool_use_id": use.id, "content": log_output(step)}
-        history.append({"role": "user", "content": [result]})
     chats = [r for r in upstream.requests if r.path == "/v1/chat/completions"]
     assert len(chats) == CALLS  # one upstream call per client call: nothing refused and retried
     last = chats[-1].body
@@ -131,7 +87,7 @@ def test_a_chat_upstreams_refusal_comes_in_the_messages_shape(served):
     assert raised.value.body["type"] == "error"  # type: ignore[index]
 
 
-class _BrokenStream(BaseHTTPRequestHandler):
+class _BrokenStream(QuietHandler):
     """A chat-only upstream whose streamed reply stops mid-body: one event, then the connection closes."""
 
     def do_POST(self) -> None:
@@ -146,30 +102,15 @@ class _BrokenStream(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
 
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args
-
 
 @pytest.fixture
-def broken_upstream():
-    http = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenStream)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{http.server_address[1]}/v1"
-    http.shutdown()
-    http.server_close()
-    thread.join()
+def broken_upstream() -> Iterator[str]:
+    with stub_server(_BrokenStream) as url:
+        yield f"{url}/v1"
 
 
 def test_a_stream_that_breaks_after_it_started_ends_in_an_anthropic_error_event(tmp_path, broken_upstream):
-    settings = ServerSettings(
-        store=f"sqlite:///{tmp_path / 'ck.db'}",
-        workspace=str(tmp_path / "ws"),
-        upstream=broken_upstream,
-        model="fake-model",
-        window=WINDOW,
-    )
-    with BackgroundServer(create_app(settings)) as server:
+    with served_proxy(tmp_path, broken_upstream, window=WINDOW) as server:
         client = client_of(server, "broken")
         request: Any = {
             "model": "fake-model",

@@ -7,17 +7,20 @@ they were, beside contextkeep's own breakpoint on the stable prefix, never more 
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import anthropic
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
-from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import (
+    answer_tool_use,
+    anthropic_client,
+    bodies_sent,
+    breakpoints,
+    counting_agent,
+)
 
 WINDOW = 8192
 OURS = {"type": "ephemeral"}
@@ -25,42 +28,12 @@ CLIENT = {"type": "ephemeral", "ttl": "1h"}  # told apart from the proxy's own
 TOOLS: Any = [{"name": "read_log", "input_schema": {"type": "object"}}]
 
 
-def log_output(step: int) -> str:
-    return "\n".join(
-        f"worker-{step} line {i}: batch {step * 100 + i} took {i * 7 % 97} ms" for i in range(40)
-    )
-
-
 @pytest.fixture(params=[None])
-def served(request, tmp_path):
-    steps = itertools.count()
+def served(request, start_proxy):
     # By default no cut of each new result (5% of 8k): the client's latest message reaches the view unchanged.
     config = request.param or ContextConfig(min_keep_tokens=0, tool_result_limit_max_ratio=None)
-
-    def agent(body: Any) -> Reply:
-        step = next(steps)
-        return Reply(text=f"step {step}", tool_calls=[ToolCallSpec("read_log", {"name": f"w{step}.log"})])
-
-    with FakeLLMServer(context_window=WINDOW, responder=agent) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=WINDOW,
-            config=config,
-            tokenizer="tiktoken:o200k_base",
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            client = closing(
-                anthropic.Anthropic(
-                    base_url=server.url,
-                    api_key="test",
-                    default_headers={"X-Conversation-Id": "marked"},
-                    max_retries=0,
-                )
-            )
-            yield client, upstream
+    upstream = FakeLLMServer(context_window=WINDOW, responder=counting_agent(log="w{}.log"))
+    return anthropic_client(start_proxy(upstream, window=WINDOW, config=config), "marked"), upstream
 
 
 def unmarked(value: Any) -> Any:
@@ -92,15 +65,12 @@ def run_loop(client: anthropic.Anthropic, calls: int, *, marks: int, system: Any
         reply = client.messages.create(
             model="fake-model", max_tokens=512, system=system, messages=messages, tools=TOOLS
         )
-        [use] = [b for b in reply.content if b.type == "tool_use"]
-        history.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
-        result = {"type": "tool_result", "tool_use_id": use.id, "content": log_output(step)}
-        history.append({"role": "user", "content": [result]})
+        answer_tool_use(history, reply, step)
     return sent
 
 
 def upstream_bodies(upstream: FakeLLMServer) -> list[dict[str, Any]]:
-    return [r.body for r in upstream.requests if r.path == "/v1/messages" and r.body.get("messages")]
+    return bodies_sent(upstream, "/v1/messages")
 
 
 def marks_in(messages: list[Any], mark: Any) -> list[Any]:
@@ -112,14 +82,6 @@ def marks_in(messages: list[Any], mark: Any) -> list[Any]:
         for b in m["content"]
         if b.get("cache_control") == mark
     ]
-
-
-def breakpoints(value: Any) -> int:
-    if isinstance(value, dict):
-        return int("cache_control" in value) + sum(breakpoints(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(breakpoints(v) for v in value)
-    return 0
 
 
 def test_the_clients_marks_reach_the_upstream_on_the_same_blocks_beside_the_stable_prefix_mark(served):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import anthropic
@@ -10,21 +9,21 @@ import httpx
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server._derived_id import derived_conversation_id
 from contextkeep.server.background import BackgroundServer
-from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import (
+    ANTHROPIC_READ_LOG,
+    answer_tool_use,
+    anthropic_client,
+    bodies_sent,
+    counting_agent,
+    messages_create,
+)
 
 WINDOW = 16_384
 CALLS = 100
-TOOLS: Any = [
-    {
-        "name": "read_log",
-        "description": "Read one log file.",
-        "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
-    }
-]
+TOOLS: Any = [ANTHROPIC_READ_LOG]
 
 
 def thinking(step: int) -> str:
@@ -32,48 +31,15 @@ def thinking(step: int) -> str:
     return f"  Step {step}:\tcompare “worker-{step}” with the last one ✓ \n\n  next…  "
 
 
-def log_output(step: int) -> str:
-    return "\n".join(
-        f"worker-{step} line {i}: batch {step * 100 + i} took {i * 7 % 97} ms" for i in range(40)
-    )
-
-
 @pytest.fixture
-def served(tmp_path):
-    steps = itertools.count()
-
-    def agent(body: Any) -> Reply:
-        step = next(steps)
-        return Reply(
-            text=f"step {step}",
-            reasoning=thinking(step),
-            tool_calls=[ToolCallSpec("read_log", {"name": f"worker-{step}.log"})],
-        )
-
-    with FakeLLMServer(context_window=WINDOW, responder=agent) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=WINDOW,
-            config=ContextConfig(min_keep_tokens=0),
-            tokenizer="tiktoken:o200k_base",  # the fake upstream counts with it
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            yield server, upstream
+def served(start_proxy):
+    upstream = FakeLLMServer(context_window=WINDOW, responder=counting_agent(reasoning=thinking))
+    return start_proxy(upstream, window=WINDOW, config=ContextConfig(min_keep_tokens=0)), upstream
 
 
 def run_loop(server: BackgroundServer, conversation: str, *, stream: bool) -> dict[str, tuple[str, str]]:
     """`CALLS` tool-loop calls; any client-visible error raises. The thinking seen, by tool_use id."""
-    client = closing(
-        anthropic.Anthropic(
-            base_url=server.url,
-            api_key="sk-ant-test",
-            default_headers={"X-Conversation-Id": conversation},
-            max_retries=0,
-        )
-    )
+    client = anthropic_client(server, conversation)
     history: list[Any] = [{"role": "user", "content": "Find the slowest worker, one log at a time."}]
     seen: dict[str, tuple[str, str]] = {}
     for step in range(CALLS):
@@ -84,25 +50,18 @@ def run_loop(server: BackgroundServer, conversation: str, *, stream: bool) -> di
             "messages": history,
             "tools": TOOLS,
         }
-        if stream:
-            with client.messages.stream(**request) as events:
-                message = events.get_final_message()
-        else:
-            message = client.messages.create(**request)
+        message = messages_create(client, stream, **request)
         assert message.stop_reason == "tool_use"
         [think] = [b for b in message.content if b.type == "thinking"]
-        [use] = [b for b in message.content if b.type == "tool_use"]
+        use = answer_tool_use(history, message, step)
         assert think.thinking == thinking(step)
         seen[use.id] = (think.thinking, think.signature)
-        history.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        result = {"type": "tool_result", "tool_use_id": use.id, "content": log_output(step)}
-        history.append({"role": "user", "content": [result]})
     return seen
 
 
 def assert_thinking_sent_back_exactly(upstream: FakeLLMServer, seen: dict[str, tuple[str, str]]) -> None:
     checked = 0
-    calls = [r.body for r in upstream.requests if r.path == "/v1/messages" and r.body.get("messages")]
+    calls = bodies_sent(upstream, "/v1/messages")
     assert len(calls) == CALLS  # one upstream call per client call: no overflow refused and retried
     for body in calls[1:]:
         last = [m for m in body["messages"] if m["role"] == "assistant"][-1]
@@ -132,7 +91,7 @@ def test_a_hundred_call_tool_loop_fits_a_16k_anthropic_upstream(served, stream):
 @pytest.mark.slow
 def test_retries_errors_and_a_missing_id(served):
     server, upstream = served
-    client = closing(anthropic.Anthropic(base_url=server.url, api_key="sk-ant-test", max_retries=0))
+    client = anthropic_client(server)
     request: Any = {
         "model": "fake-model",
         "max_tokens": 256,

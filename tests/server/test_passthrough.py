@@ -3,35 +3,24 @@
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
-from support import closing
+from support.proxy_fixtures import openai_client
 
 WINDOW = 16_384
 
 
 @pytest.fixture
-def served(tmp_path):
-    with FakeLLMServer(model="fake-model", context_window=WINDOW) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            tokenizer="tiktoken:o200k_base",
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            yield server, upstream
+def served(start_proxy):
+    upstream = FakeLLMServer(model="fake-model", context_window=WINDOW)
+    return start_proxy(upstream), upstream  # no window: the proxy asks the upstream's model list
 
 
 @pytest.mark.slow
 def test_model_list_comes_from_the_upstream_with_the_served_window(served):
     server, upstream = served
-    client = closing(openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-client", max_retries=0))
+    client = openai_client(server, api_key="sk-client")
     models = client.models.list()
     [entry] = models.data
     assert entry.id == "fake-model"

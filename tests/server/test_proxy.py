@@ -9,11 +9,10 @@ import openai
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server._derived_id import derived_conversation_id
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec, default_counter
-from support import SSECollector, closing, types
+from support import SSECollector, types
+from support.proxy_fixtures import openai_client
 
 WINDOW = 2_000
 TURNS = 40
@@ -53,26 +52,14 @@ def tool_output(n: int) -> str:
 
 
 @pytest.fixture
-def proxy(tmp_path):
-    with FakeLLMServer(context_window=WINDOW, responder=agent_reply) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=WINDOW,
-            config=ContextConfig(min_keep_tokens=0, reserved_tokens=200),
-            tokenizer="tiktoken:o200k_base",  # the fake upstream counts with it
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            yield server, upstream
+def proxy(start_proxy):
+    upstream = FakeLLMServer(context_window=WINDOW, responder=agent_reply)
+    config = ContextConfig(min_keep_tokens=0, reserved_tokens=200)
+    return start_proxy(upstream, window=WINDOW, config=config), upstream
 
 
 def client(server, conversation: str | None = "agent-1") -> openai.OpenAI:
-    headers = {"X-Conversation-Id": conversation} if conversation else {}
-    return closing(
-        openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", default_headers=headers, max_retries=0)
-    )
+    return openai_client(server, conversation)
 
 
 @pytest.mark.slow

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply
+from support.proxy_fixtures import bodies_sent
 
 WINDOW = 1_000_000
 """No compaction: the view is the history as sent."""
@@ -28,18 +28,11 @@ def answer(body: Mapping[str, Any]) -> Reply:
 
 
 @pytest.fixture
-def proxy(tmp_path):
-    with FakeLLMServer(context_window=WINDOW, responder=answer) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=WINDOW,
-            tokenizer="heuristic",
-        )
-        with BackgroundServer(create_app(settings)) as server, httpx.Client(timeout=20) as client:
-            yield server, upstream, client
+def proxy(start_proxy):
+    upstream = FakeLLMServer(context_window=WINDOW, responder=answer)
+    server = start_proxy(upstream, window=WINDOW, tokenizer="heuristic")
+    with httpx.Client(timeout=20) as client:
+        yield server, upstream, client
 
 
 def chat(client: httpx.Client, server: BackgroundServer, body: dict[str, Any]) -> httpx.Response:
@@ -50,7 +43,7 @@ def chat(client: httpx.Client, server: BackgroundServer, body: dict[str, Any]) -
 
 
 def sent(upstream: FakeLLMServer) -> dict[str, Any]:
-    return next(r.body for r in reversed(upstream.requests) if r.path == "/v1/chat/completions")
+    return bodies_sent(upstream, "/v1/chat/completions")[-1]
 
 
 def test_each_request_sends_the_history_as_the_client_sent_it(proxy):

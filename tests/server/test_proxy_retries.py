@@ -6,14 +6,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from contextkeep._config import ContextConfig
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply
-from support import closing
+from support.proxy_fixtures import chat_calls, openai_client, served_proxy
 
 TASK: Any = [
     {"role": "system", "content": "You are a careful assistant."},
@@ -21,16 +19,8 @@ TASK: Any = [
 ]
 
 
-def settings(tmp_path: Path, upstream: FakeLLMServer) -> ServerSettings:
-    return ServerSettings(
-        store=f"sqlite:///{tmp_path / 'ck.db'}",
-        workspace=str(tmp_path / "ws"),
-        upstream=upstream.base_url,
-        model="fake-model",
-        window=8_192,
-        config=ContextConfig(min_keep_tokens=0),
-        tokenizer="tiktoken:o200k_base",
-    )
+def serve(tmp_path: Path, upstream: FakeLLMServer) -> BackgroundServer:
+    return served_proxy(tmp_path, upstream, window=8_192, config=ContextConfig(min_keep_tokens=0))
 
 
 _REPLIES = itertools.count(1)
@@ -39,21 +29,6 @@ _REPLIES = itertools.count(1)
 def numbered(body: Any) -> Reply:
     """Every reply different, so no two branches share a reply by chance."""
     return Reply(text=f"reply {next(_REPLIES)} to: {body['messages'][-1]['content']}")
-
-
-def chat_calls(upstream: FakeLLMServer) -> int:
-    return sum(1 for r in upstream.requests if r.path == "/v1/chat/completions")
-
-
-def agent(server: BackgroundServer, conversation: str, **options: Any) -> openai.OpenAI:
-    return closing(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="test",
-            default_headers={"X-Conversation-Id": conversation},
-            **options,
-        )
-    )
 
 
 def reply_of(completion: Any) -> dict[str, Any]:
@@ -65,13 +40,13 @@ def reply_of(completion: Any) -> dict[str, Any]:
 def test_sdk_retries_after_a_client_timeout_get_the_reply_without_a_second_upstream_call(tmp_path):
     # The upstream takes 2 s, the client gives up after 1 s and retries (the SDK's own retry loop):
     # the reply of the first attempt, stored but never delivered, answers the retry.
-    with FakeLLMServer() as upstream, BackgroundServer(create_app(settings(tmp_path, upstream))) as server:
-        agent(server, "warm-up", max_retries=0).chat.completions.create(model="fake-model", messages=TASK)
+    with FakeLLMServer() as upstream, serve(tmp_path, upstream) as server:
+        openai_client(server, "warm-up").chat.completions.create(model="fake-model", messages=TASK)
         upstream.reset()
         upstream.delay_seconds = 2.0
         # openai's own retry loop (2 retries by default; 4 here so a loaded test machine cannot
         # make every attempt time out before the first reply is stored).
-        impatient = agent(server, "retried", timeout=1.0, max_retries=4)
+        impatient = openai_client(server, "retried", timeout=1.0, max_retries=4)
         history: Any = list(TASK)
         for turn in range(3):
             history.append(reply_of(impatient.chat.completions.create(model="fake-model", messages=history)))
@@ -79,14 +54,14 @@ def test_sdk_retries_after_a_client_timeout_get_the_reply_without_a_second_upstr
             assert chat_calls(upstream) == turn + 1  # one upstream call per distinct request
         # The conversation is alive: the next request continues it as usual.
         upstream.delay_seconds = 0.0
-        patient = agent(server, "retried", max_retries=0)
+        patient = openai_client(server, "retried")
         assert patient.chat.completions.create(model="fake-model", messages=history).choices
         assert chat_calls(upstream) == 4
 
 
 def test_an_idempotency_key_returns_the_stored_reply(tmp_path):
-    with FakeLLMServer() as upstream, BackgroundServer(create_app(settings(tmp_path, upstream))) as server:
-        client = agent(server, "keyed", max_retries=0)
+    with FakeLLMServer() as upstream, serve(tmp_path, upstream) as server:
+        client = openai_client(server, "keyed")
         key = {"Idempotency-Key": "order-7"}
         first = client.chat.completions.create(model="fake-model", messages=TASK, extra_headers=key)
         again = client.chat.completions.create(model="fake-model", messages=TASK, extra_headers=key)
@@ -97,9 +72,9 @@ def test_an_idempotency_key_returns_the_stored_reply(tmp_path):
 def test_regenerating_or_editing_branches_instead_of_locking_the_conversation(tmp_path):
     with (
         FakeLLMServer(responder=numbered) as upstream,
-        BackgroundServer(create_app(settings(tmp_path, upstream))) as server,
+        serve(tmp_path, upstream) as server,
     ):
-        client = agent(server, "branching", max_retries=0)
+        client = openai_client(server, "branching")
         first = reply_of(client.chat.completions.create(model="fake-model", messages=TASK))
         history: Any = [*TASK, first, {"role": "user", "content": "Now three even ones."}]
         client.chat.completions.create(model="fake-model", messages=history)

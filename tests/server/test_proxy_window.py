@@ -7,15 +7,15 @@ import os
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from contextkeep._capabilities import CapacitySource
 from contextkeep._config import ContextConfig
 from contextkeep._manager import ContextManager
 from contextkeep.testing import FakeLLMServer
-from support import SSECollector, closing, types
-from support.proxy_loop import MODEL, TOOLS, WINDOW, agent_step, chat_calls, log_output, run_agent, serve
+from support import SSECollector, types
+from support.proxy_fixtures import chat_calls, openai_client
+from support.proxy_loop import MODEL, TOOLS, WINDOW, agent_step, log_output, run_agent, serve
 
 # The first overflow comes at about call 8; the calls after it show the corrected window holds.
 CORRECTED_CALLS = int(os.environ.get("CONTEXTKEEP_CORRECTED_CALLS", "20"))
@@ -74,14 +74,7 @@ def test_one_retry_fits_the_window_less_the_reply_it_reserves(tmp_path):
         FakeLLMServer(model=MODEL, context_window=WINDOW, responder=agent_step) as upstream,
         serve(tmp_path, upstream, window=32_768, config=ContextConfig(min_keep_tokens=0)) as server,
     ):
-        client = closing(
-            openai.OpenAI(
-                base_url=f"{server.url}/v1",
-                api_key="test",
-                default_headers={"X-Conversation-Id": "reserved"},
-                max_retries=0,
-            )
-        )
+        client = openai_client(server, "reserved")
         history: Any = [{"role": "user", "content": "Find the slowest worker."}]
         for step in range(90):  # 12,600 tokens in small rounds: over the window with the reply's 8,192
             call = {

@@ -9,15 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 from openai.types.responses import ResponseFunctionToolCall
 
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support import closing
+from support.proxy_fixtures import anthropic_client, openai_client
 
 ARGUMENTS = {"name": "worker-7.log", "lines": 400}
 CALLS = [ToolCallSpec("read_log", ARGUMENTS), ToolCallSpec("read_log", {"name": "worker-8.log"})]
@@ -31,22 +27,13 @@ def answer(body: Any) -> Reply:
 
 
 @pytest.fixture(params=["chat-only", "full"])
-def served(request, tmp_path):
+def served(request, start_proxy):
     full = request.param == "full"
-    with FakeLLMServer(responder=answer, messages_api=full, responses_api=full) as upstream:
-        settings = ServerSettings(
-            store=f"sqlite:///{tmp_path / 'ck.db'}",
-            workspace=str(tmp_path / "ws"),
-            upstream=upstream.base_url,
-            model="fake-model",
-            window=8192,
-        )
-        with BackgroundServer(create_app(settings)) as server:
-            yield server
+    return start_proxy(FakeLLMServer(responder=answer, messages_api=full, responses_api=full), window=8192)
 
 
 def test_chat_completions_arguments_arrive_as_deltas(served):
-    client = closing(openai.OpenAI(base_url=f"{served.url}/v1", api_key="test", max_retries=0))
+    client = openai_client(served)
     stream = client.chat.completions.create(
         model="fake-model", messages=[{"role": "user", "content": "Go."}], tools=[CHAT_TOOL], stream=True
     )
@@ -60,7 +47,7 @@ def test_chat_completions_arguments_arrive_as_deltas(served):
 
 
 def test_messages_input_json_arrives_as_deltas(served):
-    client = closing(anthropic.Anthropic(base_url=served.url, api_key="test", max_retries=0))
+    client = anthropic_client(served)
     request: Any = {
         "model": "fake-model",
         "max_tokens": 256,
@@ -85,7 +72,7 @@ def test_messages_input_json_arrives_as_deltas(served):
 
 
 def test_responses_function_call_arguments_arrive_as_deltas(served):
-    client = closing(openai.OpenAI(base_url=f"{served.url}/v1", api_key="test", max_retries=0))
+    client = openai_client(served)
     events: list[Any] = list(
         client.responses.create(model="fake-model", input="Go.", tools=[RESPONSES_TOOL], stream=True)
     )

@@ -7,24 +7,11 @@ from typing import Any
 
 import httpx
 
-from contextkeep.server import ServerSettings, create_app
-from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
+from support.proxy_fixtures import served_proxy
 
 CLIENT_KEY = "sk-client-own-key-123"
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]}
-
-
-def settings(tmp_path, upstream: FakeLLMServer, **extra) -> ServerSettings:
-    return ServerSettings(
-        store=f"sqlite:///{tmp_path / 'ck.db'}",
-        workspace=str(tmp_path / "ws"),
-        upstream=upstream.base_url,
-        model="fake-model",
-        window=4_096,
-        tokenizer="tiktoken:o200k_base",
-        **extra,
-    )
 
 
 def model_calls(upstream: FakeLLMServer) -> list[Any]:
@@ -34,7 +21,7 @@ def model_calls(upstream: FakeLLMServer) -> list[Any]:
 def test_the_clients_key_reaches_the_upstream_and_no_log(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     upstream = FakeLLMServer(context_window=4_096)
-    with upstream, BackgroundServer(create_app(settings(tmp_path, upstream))) as server:
+    with upstream, served_proxy(tmp_path, upstream, window=4_096) as server:
         key = {"authorization": f"Bearer {CLIENT_KEY}"}
         url = f"{server.url}/v1/chat/completions"
         assert httpx.post(url, json=CHAT, headers=key).status_code == 200  # passed through
@@ -49,14 +36,14 @@ def test_the_clients_key_reaches_the_upstream_and_no_log(tmp_path, caplog):
 
 
 def test_the_servers_own_token_and_key_replace_the_clients(tmp_path):
-    with FakeLLMServer(context_window=4_096) as upstream:
-        app = create_app(settings(tmp_path, upstream, token="dashboard-token", upstream_api_key="sk-server"))
-        with BackgroundServer(app) as server:
-            url = f"{server.url}/v1/chat/completions"
-            bearer = {"authorization": "Bearer dashboard-token"}
-            assert httpx.post(url, json=CHAT).status_code == 401
-            assert httpx.post(url, json=CHAT, headers=bearer).status_code == 200
-            managed = {**bearer, "x-conversation-id": "keyed"}
-            assert httpx.post(url, json=CHAT, headers=managed).status_code == 200
+    upstream = FakeLLMServer(context_window=4_096)
+    keys = {"token": "dashboard-token", "upstream_api_key": "sk-server"}
+    with upstream, served_proxy(tmp_path, upstream, window=4_096, **keys) as server:
+        url = f"{server.url}/v1/chat/completions"
+        bearer = {"authorization": "Bearer dashboard-token"}
+        assert httpx.post(url, json=CHAT).status_code == 401
+        assert httpx.post(url, json=CHAT, headers=bearer).status_code == 200
+        managed = {**bearer, "x-conversation-id": "keyed"}
+        assert httpx.post(url, json=CHAT, headers=managed).status_code == 200
     sent = [c.headers.get("authorization") for c in model_calls(upstream)]
     assert sent == ["Bearer sk-server", "Bearer sk-server"]  # the dashboard's token never leaves

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-import uuid
 from collections import Counter
 from collections.abc import Mapping
 from itertools import pairwise
@@ -25,7 +24,8 @@ from contextkeep._compaction.state import CompactionState
 from contextkeep._messages import Message
 from contextkeep._rounds import split_rounds
 from contextkeep.stores import open_store
-from support import assert_references_readable, backends, service_unavailable
+from support import assert_references_readable, backends
+from support.seeded_store import seeded_spec
 from support.store_worker import (
     SYSTEM,
     TASK,
@@ -33,13 +33,11 @@ from support.store_worker import (
     Trip,
     assert_offloads_intact,
     build_manager,
-    drop,
     finish,
     journal,
     launch,
     store_url,
     tag,
-    unreachable,
 )
 
 # Each test runs worker processes to a SIGKILL and a restart.
@@ -54,26 +52,10 @@ POINTS = {"after_offload": 2, "before_save": 2, "during_summary": 2, "between_ap
 
 @pytest.fixture(params=backends("sqlite", "postgresql"))
 async def spec(request, tmp_path):
-    if request.param != "sqlite" and (reason := unreachable(request.param)):
-        service_unavailable(request.param, reason)
-    prefix = f"cs{uuid.uuid4().hex[:10]}"
-    url = store_url(request.param, prefix, tmp_path)
-    spec: dict[str, Any] = {
-        "store": url,
-        "workspace": str(tmp_path / "ws"),
-        "summaries": str(tmp_path / "summaries.jsonl"),
-        "conversation": f"conv-{prefix}",
-        "steps": STEPS,
-        "lease_ttl_ms": TTL_MS,
-        "worker": "a",
-        "split": True,  # call and result in separate appends, as an agent loop records them
-    }
-    cm = build_manager(spec)
-    async with cm.session(spec["conversation"]) as s:
-        await s.add([SYSTEM, TASK])
-    await cm.close()
-    yield spec
-    await drop(url)
+    # "split": call and result in separate appends, as an agent loop records them.
+    fields = {"steps": STEPS, "lease_ttl_ms": TTL_MS, "worker": "a", "split": True}
+    async with seeded_spec(request.param, "cs", tmp_path, **fields) as spec:
+        yield spec
 
 
 def run_worker(spec, tmp_path: Path, name: str, **extra) -> int:

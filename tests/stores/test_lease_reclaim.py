@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ import pytest
 from contextkeep import ContextManager, ModelSpec, Session, View
 from contextkeep._summarizers import SummaryRequest, SummaryResult
 from contextkeep.stores import open_store
-from support import backends, service_unavailable
+from support import backends
+from support.seeded_store import seeded_spec
 from support.store_worker import (
     SYSTEM,
     TASK,
@@ -28,12 +28,9 @@ from support.store_worker import (
     Trip,
     build_config,
     build_manager,
-    drop,
     finish,
     launch,
     step_messages,
-    store_url,
-    unreachable,
 )
 
 LONG_TTL_MS = 600_000  # waiting out a dead holder's lease could never pass within BOUND_S
@@ -42,26 +39,10 @@ BOUND_S = 60
 
 @pytest.fixture(params=backends("sqlite", "postgresql"))
 async def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param != "sqlite" and (reason := unreachable(request.param)):
-        service_unavailable(request.param, reason)
-    prefix = f"ls{uuid.uuid4().hex[:10]}"
-    url = store_url(request.param, prefix, tmp_path)
-    spec: dict[str, Any] = {
-        "store": url,
-        "workspace": str(tmp_path / "ws"),
-        "summaries": str(tmp_path / "summaries.jsonl"),
-        "conversation": f"conv-{prefix}",
-        "steps": 24,
-        "lease_ttl_ms": LONG_TTL_MS,
-        "worker": "a",
-        "journal": str(tmp_path / "killed.journal"),
-    }
-    cm = build_manager(spec)
-    async with cm.session(spec["conversation"]) as s:
-        await s.add([SYSTEM, TASK])
-    await cm.close()
-    yield spec
-    await drop(url)
+    journal = str(tmp_path / "killed.journal")
+    fields = {"steps": 24, "lease_ttl_ms": LONG_TTL_MS, "worker": "a", "journal": journal}
+    async with seeded_spec(request.param, "ls", tmp_path, **fields) as spec:
+        yield spec
 
 
 @pytest.mark.slow

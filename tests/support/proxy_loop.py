@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import openai
-
-from contextkeep.server import ServerSettings, create_app
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
-from support.clients import closing
+from support.proxy_fixtures import openai_client, served_proxy
 
-__all__ = ["MODEL", "TOOLS", "WINDOW", "agent_step", "chat_calls", "log_output", "run_agent", "serve"]
+__all__ = ["MODEL", "TOOLS", "WINDOW", "agent_step", "log_output", "run_agent", "serve"]
 
 WINDOW = 16_384
 MODEL = "gpt-4o-mini"  # the registry says 128,000 tokens
@@ -45,27 +42,12 @@ def log_output(step: int, size: int = 20_000) -> str:
 
 
 def serve(tmp_path: Path, upstream: FakeLLMServer, **more: Any) -> BackgroundServer:
-    settings = ServerSettings(
-        store=f"sqlite:///{tmp_path / 'ck.db'}",
-        workspace=str(tmp_path / "ws"),
-        upstream=upstream.base_url,
-        model=MODEL,
-        tokenizer="tiktoken:o200k_base",  # the fake upstream counts with it
-        **more,
-    )
-    return BackgroundServer(create_app(settings))
+    return served_proxy(tmp_path, upstream, model=MODEL, **more)
 
 
 def run_agent(server: BackgroundServer, conversation: str, calls: int, **create: Any) -> None:
     """A tool loop of `calls` model calls; any error the client sees raises (no SDK retries)."""
-    client = closing(
-        openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="test",
-            default_headers={"X-Conversation-Id": conversation},
-            max_retries=0,
-        )
-    )
+    client = openai_client(server, conversation)
     history: Any = [
         {"role": "system", "content": "You are an operations agent. Read the logs one by one."},
         {"role": "user", "content": "Find the slowest worker."},
@@ -76,7 +58,3 @@ def run_agent(server: BackgroundServer, conversation: str, calls: int, **create:
         history.append(reply)
         for call in reply["tool_calls"]:
             history.append({"role": "tool", "tool_call_id": call["id"], "content": log_output(step)})
-
-
-def chat_calls(upstream: FakeLLMServer) -> int:
-    return sum(1 for r in upstream.requests if r.path == "/v1/chat/completions")
