@@ -152,10 +152,14 @@ class Anchor:
 Driver = ContextKeepCalls | Anchor
 
 
-def drivers(trajectory: Trajectory, encoder: HFEncoder, root: Path) -> tuple[list[Driver], list[str]]:
-    """contextkeep and every anchor installed here; a note for each one that is not."""
+def drivers(
+    trajectory: Trajectory, encoder: HFEncoder, root: Path, *, with_anchors: bool = True
+) -> tuple[list[Driver], list[str]]:
+    """contextkeep and (`with_anchors`) every anchor installed here; a note for each one that is not."""
     found: list[Driver] = [ContextKeepCalls(trajectory, encoder, root)]
     notes: list[str] = []
+    if not with_anchors:
+        return found, notes
     anchors: list[tuple[str, Any]] = [
         ("agentscope", lambda: Anchor(AgentScope(trajectory))),
         ("langchain", lambda: Anchor(LangChain(trajectory), " SummarizationMiddleware")),
@@ -268,7 +272,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for size in args.sizes:
         trajectory = base if size <= len(base.messages) else lengthened(base, size)
         with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
-            found, notes = drivers(trajectory, encoder, Path(tmp))
+            found, notes = drivers(trajectory, encoder, Path(tmp), with_anchors=not args.no_anchors)
             results = await replay(trajectory, found, args.repeat, args.anchor_calls)
         report(len(trajectory.messages), found, results)
         last = (found, results)
@@ -297,6 +301,9 @@ def main() -> None:
         "--plot", type=Path, help="write ms per call vs messages (the largest size) to this PNG"
     )
     parser.add_argument("--memory", action="store_true", help="also measure RSS and a history's RAM")
+    parser.add_argument(
+        "--no-anchors", action="store_true", help="time contextkeep alone (a quick loop while optimising)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tokenizers"))
     logging.disable(logging.WARNING)

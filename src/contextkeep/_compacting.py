@@ -47,6 +47,12 @@ class Measured:
     """The view (the very list the counter counted)."""
     tokens: int
     """Its prompt tokens."""
+    length: int = -1
+    """How many messages the view held when counted (the builder extends its list in place later)."""
+
+    def __post_init__(self) -> None:
+        if self.length < 0:
+            object.__setattr__(self, "length", len(self.view))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +189,12 @@ class Compacting:
         The view is rebuilt (cheap: derived messages are cached) but not counted again.
         """
         log, config = self._log, request.config
-        if (
-            given is not None
-            and self.builder.build(log.messages, log.rounds, state, config=config) == given.view
-        ):
-            return given.view, given.tokens  # the very list counted: the counter's totals still answer for it
+        if given is not None:
+            view = self.builder.build(log.messages, log.rounds, state, config=config)
+            # The very list counted, as long as it was (a reload may have appended since): the
+            # counter's totals still answer for it.
+            if len(view) == given.length and view == given.view:
+                return given.view, given.tokens
         return self.compactor.measure(log.messages, log.rounds, state, request.tools, config=config)
 
     async def _attempt(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextkeep._baseline import UsageState
 from contextkeep._budget import Budget, reserve_for
+from contextkeep._capabilities import Capacity
 from contextkeep._config import ContextConfig, UsageMode
 from contextkeep._deps import SessionDeps
 from contextkeep._events import ContextStatus
@@ -33,16 +34,27 @@ class Gauge:
     ) -> None:
         self._deps, self._window, self._counter, self._policy = deps, window, counter, policy
         self._conversation_id = conversation_id
+        self._last: tuple[ContextConfig, tuple[Capacity, int | None, int], Budget] | None = None
 
     def budget(self, max_tokens: int | None, config: ContextConfig, outside: int) -> Budget:
         """The budget of a call under `config` (`max_tokens`: the request's; `outside`: kept beside)."""
         deps = self._deps
         capacity = self._window.apply(deps.capacity(config))
+        # A pure function of these (the rest is the session's): asked twice per model call (the
+        # reply's usage, then the next view), so the last one is kept.
+        key = (capacity, max_tokens, outside)
+        last = self._last
+        if last is not None and last[0] is config and last[1] == key:
+            return last[2]
         model_max = deps.model.max_output_tokens
         reserved, clamped_from = reserve_for(
             capacity.window, config.reserved_tokens, max_tokens, deps.default_max_tokens, model_max
         )
-        return Budget(capacity.window, reserved, config.thresholds(), capacity.source, outside, clamped_from)
+        budget = Budget(
+            capacity.window, reserved, config.thresholds(), capacity.source, outside, clamped_from
+        )
+        self._last = (config, key, budget)
+        return budget
 
     def shown(self, tokens: int, budget: Budget, config: ContextConfig, usage: UsageState) -> ContextStatus:
         """The status `prepare` reports (confirmed-only: the provider's baseline, never a local figure)."""

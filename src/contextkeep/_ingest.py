@@ -91,7 +91,12 @@ class Ingest:
             else:
                 ref = await self.workspace.offload_tool_result(self.conversation_id, name, m.text)
             m = m.with_metadata(**{REF_KEY: ref})
-            self.emit(ContextOffloaded(reference=ref, kind="tool_result", messages=1))
+            # Stamped here, as the emitter would (it then hands the event on without copying it).
+            self.emit(
+                ContextOffloaded(
+                    conversation_id=self.conversation_id, reference=ref, kind="tool_result", messages=1
+                )
+            )
             derived = self.derive(m)  # layer 0 (its limit may be capped by the window) or `m` itself
             if derived.text != m.text:
                 self.emit(
@@ -123,7 +128,7 @@ class Ingest:
             await self._copies.flush()
 
     def _queue(self, messages: Sequence[Message], *, check: bool) -> None:
-        if self._copies is None:
+        if self._copies is None or not messages:  # a load that found nothing new: the usual case
             return
         # Stored here: exactly what `message` offloaded. Loaded: whatever names a copy of ours.
         limit = 0 if check else self.config.truncated_observation_max_chars

@@ -20,8 +20,9 @@ from contextkeep._tokens.framing import Tools
 from contextkeep._transcript import Transcript
 from contextkeep._usage import Usage
 from contextkeep._usage_policy import UsagePolicy
+from contextkeep.stores.base import DocumentWrite
 
-__all__ = ["Prepared", "ReplyUsage"]
+__all__ = ["Prepared", "ReplySave", "ReplyUsage"]
 
 
 class Prepared(NamedTuple):
@@ -57,9 +58,9 @@ class ReplyUsage:
             view = self._builder.build(self._log.messages, self._log.rounds, self._docs.compaction)
             self._calibrating.observe(view, prepared.tools, usage.input_tokens)
 
-    def saved_with_reply(self, usage: Usage) -> UsageSave:
+    def saved_with_reply(self, usage: Usage) -> ReplySave:
         """The new usage state as a save the reply's append carries (one store write where it can)."""
-        return self._docs.usage_save(lambda state: self._policy.observe(state, usage))
+        return ReplySave(self._docs.usage_save(lambda state: self._policy.observe(state, usage)))
 
     async def observe(
         self,
@@ -67,13 +68,16 @@ class ReplyUsage:
         prepared: Prepared | None,
         budget: Callable[[int | None], Budget],
         update_state: Callable[[Callable[[CompactionState], CompactionState]], Awaitable[CompactionState]],
+        saved: ReplySave | None = None,
     ) -> None:
         """The usage policy on a reply: the new baseline, then a deferred compaction if it is due.
 
-        `budget` gives the next call's budget for a `max_tokens`; `update_state` changes the compaction state.
+        `budget` gives the next call's budget for a `max_tokens`; `update_state` changes the compaction
+        state; `saved` is the save the reply's append carried (when it settled, nothing is saved again).
         """
         docs, policy = self._docs, self._policy
-        await docs.save_usage(policy.observe(docs.usage, usage))
+        if saved is None or not saved.settled:
+            await docs.save_usage(policy.observe(docs.usage, usage))
         now = budget(prepared.max_tokens if prepared is not None else None)
         due = policy.due(docs.usage, now, docs.compaction)
         if due is not None:
@@ -81,3 +85,27 @@ class ReplyUsage:
             await self._events.aemit(due.event(docs.usage))
         completed = policy.completed(usage, docs.usage, now, docs.compaction.compression_required)
         await self._events.aemit(completed)
+
+
+class ReplySave:
+    """The usage save a reply's append carries, and whether the append settled it.
+
+    Settled: written with the reply, or nothing to change. `ReplyUsage.observe` then has nothing
+    to save (the usual case: one store write per recorded reply, no second look at the state).
+    """
+
+    def __init__(self, save: UsageSave) -> None:
+        self._save = save
+        self.settled = False
+        """Whether the state the append last looked at needs no other save."""
+
+    def write(self) -> DocumentWrite | None:
+        """The save to make with the append (`None`: the state already says it)."""
+        write = self._save.write()
+        self.settled = write is None
+        return write
+
+    def written(self, write: DocumentWrite) -> None:
+        """`write` was stored with the append."""
+        self._save.written(write)
+        self.settled = True

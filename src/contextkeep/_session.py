@@ -310,12 +310,12 @@ class Session:
         usage = usage or found or Usage()
         self.last_usage = usage
         self._replies.calibrate(usage, self._prepared)  # before the reply joins the transcript
-        enabled = self.config.usage_policy_enabled
         # The new usage state is written with the reply (one store write); `observe` then finds it saved.
-        with self._log.saving(self._replies.saved_with_reply(usage) if enabled else None):
+        saved = self._replies.saved_with_reply(usage) if self.config.usage_policy_enabled else None
+        with self._log.saving(saved):
             (stored,) = await self.add([message])
-        if enabled:
-            await self._replies.observe(usage, self._prepared, self.budget, self.update_state)
+        if saved is not None:
+            await self._replies.observe(usage, self._prepared, self.budget, self.update_state, saved)
         return stored
 
     # Calling.

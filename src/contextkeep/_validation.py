@@ -38,6 +38,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BRACKET = re.compile(r"[\[\]{}]")
 _FORMAT = "message"
+_LEAVES = frozenset({type(None), bool, int, float})
+"""Leaf types with nothing to check (most of a response's fields)."""
 
 
 def check_conversation_id(conversation_id: str) -> None:
@@ -139,20 +141,30 @@ def _encodes(text: str) -> bool:
 def _check_nested(
     value: Mapping[str, Any] | list[Any] | tuple[Any, ...], what: str, index: int | None, depth: int
 ) -> None:
-    """Too deep (recursion is bounded by `MAX_NESTING`), or a string that is not valid Unicode, raises."""
-    if depth > MAX_NESTING:
-        raise MessageFormatError(_FORMAT, f"{what} nest deeper than {MAX_NESTING} levels", index=index)
-    if isinstance(value, Mapping):
-        for key in value:
-            if isinstance(key, str) and not key.isascii() and not _encodes(key):
-                _not_unicode(what, key, index)
-        value = tuple(value.values())
-    for child in value:
-        if isinstance(child, str):
-            if not child.isascii() and not _encodes(child):  # isascii first: the loop is the cost
-                _not_unicode(what, child, index)
-        elif isinstance(child, dict | list | tuple):
-            _check_nested(child, what, index, depth + 1)
+    """Too deep (bounded by `MAX_NESTING`), or a string that is not valid Unicode, raises.
+
+    A walk with a stack, dispatching on the exact type first: provider fields (a whole response
+    kept verbatim) hold hundreds of leaves, and this runs for every message added.
+    """
+    pending: list[tuple[Any, int]] = [(value, depth)]
+    while pending:
+        node, level = pending.pop()
+        if level > MAX_NESTING:
+            raise MessageFormatError(_FORMAT, f"{what} nest deeper than {MAX_NESTING} levels", index=index)
+        if type(node) is dict or isinstance(node, Mapping):
+            for key in node:
+                if isinstance(key, str) and not key.isascii() and not _encodes(key):
+                    _not_unicode(what, key, index)
+            node = node.values()
+        for child in node:
+            kind = type(child)
+            if kind in _LEAVES:
+                continue
+            if kind is str or isinstance(child, str):
+                if not child.isascii() and not _encodes(child):  # isascii first: the loop is the cost
+                    _not_unicode(what, child, index)
+            elif kind is dict or kind is list or kind is tuple or isinstance(child, dict | list | tuple):
+                pending.append((child, level + 1))
 
 
 def _json_depth(text: str) -> int:

@@ -106,3 +106,23 @@ async def test_a_view_list_changed_in_place_is_converted_and_counted_as_it_now_i
         _assert_fresh(view)
         assert view.messages[2]["content"].startswith("edited by the caller")
         assert s.counter.count_prompt(view.neutral) == cm.new_counter().count_prompt(list(view.neutral))
+
+
+async def test_a_call_extends_the_last_view_in_place_and_older_views_keep_their_own(tmp_path):
+    cm = manager(tmp_path, window=None)
+    async with cm.session("c") as s:
+        await s.add([{"role": "user", "content": "task"}, *rounds(2)])
+        older = await s.prepare()
+        await s.add(rounds(1, start=2))
+        newer = await s.prepare()
+        # No copy of the history per call: the newer view's list is the older one's, extended.
+        assert newer.built is older.built
+        assert len(older.neutral) == 5 and len(newer.neutral) == 7
+        assert newer.neutral[:5] == older.neutral
+        _assert_fresh(older)  # converted after the newer view grew the list they share
+        _assert_fresh(newer)
+        newer.neutral.clear()  # each view's `neutral` is a list of its own
+        await s.add(rounds(1, start=3))
+        latest = await s.prepare()
+        assert len(latest.neutral) == 9 and len(older.neutral) == 5
+        _assert_fresh(latest)

@@ -21,7 +21,7 @@ from contextkeep._compaction.render import detail_reference, dropped_marker, hea
 from contextkeep._compaction.state import CompactionState
 from contextkeep._compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
 from contextkeep._config import ContextConfig
-from contextkeep._lineage import Lineage, ViewList
+from contextkeep._lineage import Lineage, ViewList, lineage_of
 from contextkeep._messages import ImagePart, Message, TextPart
 from contextkeep._rounds import Round, current_turn_start
 from contextkeep._tokens import TokenCounter
@@ -80,6 +80,8 @@ class ViewBuilder:
         self._savings: dict[tuple[str, object, int], int] = {}
         self._derived_for = _derivation(config, window)
         self._token = object()  # lineage: see `contextkeep._lineage`
+        self._view = ViewList()
+        """The last view built, extended in place while its lineage holds."""
         self._head: list[Message] = []
         self._start = 0
 
@@ -117,22 +119,31 @@ class ViewBuilder:
         *,
         config: ContextConfig | None = None,
     ) -> list[Message]:
-        """The view for `state` under `config` (by default the builder's): a pure function, cached."""
+        """The view for `state` under `config` (by default the builder's): a pure function, cached.
+
+        While the lineage holds (`contextkeep._lineage`), the list is the last one, extended in
+        place with what was appended: building costs what was appended, not a copy of the history.
+        Callers that keep a view past the next build keep its length (`View` does).
+        """
         config = self.config if config is None else config
         head = self.head(transcript, rounds, state, config=config)
         shown, start = self._body(transcript, rounds, state, config)
-        view = ViewList(head)
-        list.extend(view, shown[start:] if start else shown)  # one copy of the history per view, not two
-        view.lineage = self._lineage(head, start, len(view))
+        token, view = self._lineage(head, start), self._view
+        held = len(view) - len(head)  # how many shown messages the last view holds
+        if (kept := lineage_of(view)) is None or kept.token is not token or len(shown) - start < held:
+            view = self._view = ViewList(head)
+            held = 0
+        list.extend(view, shown[start + held :] if start or held else shown)
+        view.lineage = Lineage(token, len(view))
         return view
 
-    def _lineage(self, head: list[Message], start: int, length: int) -> Lineage:
-        """The lineage of a view of `head` then the shown messages from `start`: kept while both stay."""
+    def _lineage(self, head: list[Message], start: int) -> object:
+        """The lineage token of views of `head` then the shown messages from `start`: kept while both stay."""
         last = self._head
         same = len(head) == len(last) and all(a is b for a, b in zip(head, last, strict=True))
         if start != self._start or not same:
             self._token, self._head, self._start = object(), head, start
-        return Lineage(self._token, length)
+        return self._token
 
     def _new_lineage(self) -> None:
         """The shown messages changed other than by appending: later views start a new lineage."""

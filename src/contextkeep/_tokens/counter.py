@@ -221,9 +221,11 @@ class PromptCounter:
     def last_totals(self, messages: Sequence[Message]) -> list[int] | None:
         """Cumulative message tokens (no tools) of `messages` if they are the very sequence counted last.
 
-        Entry i covers messages 0..i; None unless `messages` is the same object as the one counted last.
+        Entry i covers messages 0..i; None unless `messages` is the same object as the one counted last,
+        unchanged in length (a view builder extends its list in place for the next view).
         """
-        return list(self._last.totals) if messages is self._last_counted else None
+        totals = self._last.totals
+        return list(totals) if messages is self._last_counted and len(messages) == len(totals) else None
 
     def _remember(self, prompt: _Prompt, messages: Sequence[Message], mirrored: bool) -> None:
         """`mirrored`: `_last_messages` already holds exactly `messages` (no copy needed)."""
