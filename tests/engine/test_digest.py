@@ -14,6 +14,7 @@ from contextkeep._agent.recall import recall_tool
 from contextkeep._agent.tools import ToolError
 from contextkeep._compaction._digest import build_digest
 from contextkeep._formats.openai import from_openai
+from contextkeep._messages import Message, ToolCall
 from contextkeep._tokens import HeuristicEncoder, OpenAIFraming, PromptCounter
 from support import assert_references_readable, call, manager, result
 
@@ -202,3 +203,41 @@ async def test_recall_reads_one_dropped_output_by_the_command_that_produced_it(t
     assert "# seen at 3" in body and "# seen at 4" not in body
     with pytest.raises(ToolError, match="no command containing"):
         await recall.call(json.dumps({"reference": span, "command": "rm -rf"}))
+
+
+class _Arguments(str):
+    """A call's arguments that count how often they are parsed (`json.loads` checks for a BOM first)."""
+
+    parsed = 0
+
+    def startswith(self, *args: Any) -> bool:
+        _Arguments.parsed += 1
+        return super().startswith(*args)
+
+
+def _parsed_history(conversation: str, n: int) -> list[Message]:
+    out = [Message("system", SYSTEM["content"]), Message("user", f"{TASK['content']} ({conversation})")]
+    for i in range(n):
+        command = f"grep -n compute_total_price src/app.py  # {conversation} {i}"
+        arguments = _Arguments(json.dumps({"command": command}))
+        out.append(Message("assistant", f"step {i}", (ToolCall(f"c{i}", "bash", arguments),)))
+        body = f"{FILLER}\n120: def compute_total_price(items):  # {conversation} {i}\n{FILLER}"
+        out.append(Message("tool", body, tool_call_id=f"c{i}"))
+    return out
+
+
+def test_a_later_pass_reads_only_the_rounds_new_to_it_and_gives_the_same_digest_as_ever() -> None:
+    counter = PromptCounter(HeuristicEncoder(), OpenAIFraming())
+    a, b = _parsed_history("a", 32), _parsed_history("b", 30)
+    first = build_digest(a[:62], 2, 50, counter, 800)
+    before = _Arguments.parsed
+    later = build_digest(a, 2, 54, counter, 800)
+    # Two calls newly dropped, two newly sent: each parsed for its command and for its code, the
+    # 28 rounds read before not again (every pass parsed each call of the history a few times).
+    assert _Arguments.parsed - before <= 2 * 4
+    # What a pass keeps between passes follows the transcript it is given: another conversation,
+    # a shorter or a longer one, the digest is the one that transcript has.
+    build_digest(b, 2, 40, counter, 800)
+    assert build_digest(a, 2, 54, counter, 800) == later
+    assert build_digest(a[:62], 2, 50, counter, 800) == first
+    assert build_digest(a, 2, 54, counter, 800) == later and later != first

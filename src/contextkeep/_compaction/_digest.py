@@ -15,15 +15,16 @@ pieces cut after its commas.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import add, itemgetter, lt, mul, neg, not_, truediv
 
-from contextkeep._compaction._words import command_text, names_in, said
+from contextkeep._compaction._digest_parts import Tally, Window, candidates, said_of, window_of
+from contextkeep._compaction._words import command_text, names_in
 from contextkeep._compaction.builder import REF_KEY
 from contextkeep._compaction.render import detail_reference
 from contextkeep._messages import Message
@@ -38,14 +39,6 @@ __all__ = [
     "digest_lines",
 ]
 
-_COMMAND_CHARS = 160
-_LINE_CHARS = 240
-_PIECE_CHARS = 120
-_CLAUSE = re.compile(r"(?<=[,;] )")
-_HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
-_MIN_CHARS = 8
-_ALONE_CHARS = 24
-"""A line with fewer characters than this besides its longest name comes with the line above it."""
 _COMMAND_SHARE = 0.3
 _HALF_LIFE = 60.0
 """Agent messages after which a name the agent wrote is worth half as much."""
@@ -89,105 +82,54 @@ def command_index(transcript: Sequence[Message], start: int, end: int) -> list[R
         if m.role == "tool" and m.tool_call_id
     }
     return [
-        RoundCommand(i, c.name, _first_line(command_text(c)), refs.get(c.id, ""))
+        RoundCommand(i, tool, command, refs.get(call_id, ""))
         for i in range(start, end)
-        for c in transcript[i].tool_calls
+        for call_id, tool, command in said_of(transcript[i]).commands
     ]
 
 
-def _first_line(text: str) -> str:
-    """A command's first line; after a heredoc, what ran once its body (left out) was written."""
-    lines = text.strip().split("\n")
-    line, body = lines[0].strip(), _body(lines)
-    after = " ".join(x.strip() for x in lines[body.stop + 1 :] if x.strip())
-    if after and body.stop < len(lines):
-        line = f"{line} … {lines[body.stop].strip()} {after}"
-    return line if len(line) <= _COMMAND_CHARS else line[: _COMMAND_CHARS - 1] + "…"
+_SPREAD_TALLY = Tally(lambda m: said_of(m).names)
+"""In how many messages each name is said."""
+_RECUR_TALLY = Tally(lambda m: said_of(m).text_names if m.role == "tool" else ())
+"""In how many outputs each name recurs."""
+_REPEAT_TALLY = Tally(lambda m: candidates(m).output_lines if m.role == "tool" else ())
+"""How often outputs hold each line."""
 
 
-def _body(lines: Sequence[str]) -> slice:
-    """Where a command's code is: a heredoc's body (not its terminator and what follows), else line 2 on."""
-    opened = _HEREDOC.search(lines[0])
-    if opened:
-        for i in range(1, len(lines)):
-            if lines[i].strip() == opened.group(1):
-                return slice(1, i)
-    return slice(1, len(lines))
-
-
-def _plain(name: str) -> bool:
-    return name.isalpha() and name[1:].islower()
-
-
-def _weights(transcript: Sequence[Message], end: int, needed: set[str]) -> tuple[dict[str, float], set[str]]:
-    """What each of the `needed` names is worth: the agent's own use (recent most), then recurrence.
+def _weights(transcript: Sequence[Message], end: int, window: Window) -> tuple[dict[str, float], set[str]]:
+    """What each name of the `window`'s units is worth: the agent's own use (recent most), then recurrence.
 
     Scaled by rarity (names in most messages, plain words, say little); names the kept
     rounds show are in view anyway. Also the names that tell something: the agent's, and
-    those that are not plain words.
+    those that are not plain words. Worked out with `map` over the names, thousands per pass.
     """
+    other, plain = window.names, window.plain
     agent: dict[str, float] = {}
     replies = [m for m in transcript if m.role == "assistant"]
     for age, m in enumerate(reversed(replies)):
         decay = 0.5 ** (age / _HALF_LIFE)
-        for n in names_in(said(m)):
+        names = said_of(m).names
+        for n in chain(names & other, names & plain):
             agent[n] = min(agent.get(n, 0.0) + decay, 2.0)
-    spread = Counter(n for m in transcript for n in names_in(said(m)))
-    recur = Counter(n for m in transcript[:end] if m.role == "tool" for n in names_in(m.text))
+    spread = _SPREAD_TALLY.over(transcript)
+    recur = _RECUR_TALLY.over(transcript[:end])
     # Only what the agent said stays verbatim while the digest does: old outputs get masked.
-    shown = {n for m in transcript[end:] if m.role == "assistant" for n in names_in(said(m))}
-    weights = {}
-    for n in needed.intersection(agent.keys() | recur.keys()):
-        w = _AGENT * agent.get(n, 0.0) + (_RECUR * min(math.log2(recur[n]), 3.0) if recur[n] > 1 else 0.0)
-        w += 0.0 if _plain(n) else _BASE
-        rarity = math.log2(1 + len(transcript) / max(spread[n], 1))
-        if w > 0:
-            weights[n] = w * rarity * (_SEEN if n in shown else 1.0) * (_PLAIN if _plain(n) else 1.0)
-    return weights, {n for n in weights if n in agent or not _plain(n)}
-
-
-def _candidate_lines(transcript: Sequence[Message], start: int, end: int) -> Iterator[tuple[str, ...]]:
-    """The lines of each dropped output and of each body of the agent's commands, stripped, in order."""
-    for m in transcript[start:end]:
-        if m.role == "tool":
-            yield _stripped(m.text)
-        for c in m.tool_calls:
-            lines = command_text(c).strip().split("\n")
-            yield _stripped("\n".join(lines[_body(lines)]))
-
-
-@functools.lru_cache(maxsize=1 << 10)  # every pass reads the same outputs again
-def _stripped(text: str) -> tuple[str, ...]:
-    """The lines of `text`, stripped; one too long to keep whole (JSON) in pieces cut after commas."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if len(line) <= _LINE_CHARS:
-            out.append(line)
-            continue
-        piece = ""
-        for part in _CLAUSE.split(line):
-            if piece and len(piece) + len(part) > _PIECE_CHARS:
-                out.append(piece.strip())
-                piece = ""
-            piece += part
-        out.append(piece.strip())
-    return tuple(out)
-
-
-def _units(flat: Sequence[str], starts: set[int]) -> Iterator[tuple[int, ...]]:
-    """Candidate units as positions into `flat`: a line, or a line that says little alone with the one above.
-
-    A line that is hardly more than a name (`f.write(content)`, a path in a listing) comes with
-    the line above it from the same text (`starts`: where each text begins), so it reads where
-    it stood.
-    """
-    for here, line in enumerate(flat):
-        if not _MIN_CHARS <= len(line) <= _LINE_CHARS:
-            continue
-        longest = max(map(len, names_in(line)), default=0)
-        alone = len(line) - longest >= _ALONE_CHARS or here in starts
-        yield (here,) if alone or len(flat[here - 1]) > _LINE_CHARS else (here - 1, here)
+    shown = frozenset().union(*(said_of(m).names for m in transcript[end:] if m.role == "assistant"))
+    weights = dict.fromkeys(other | plain, 0.0)
+    total = len(transcript)
+    for group, base, factor in ((other, _BASE, 1.0), (plain, 0.0, _PLAIN)):
+        found = list((group & agent.keys()) | (group & recur.keys()))  # the others are worth nothing
+        times = list(map(recur.get, found, repeat(0)))
+        recurs = {n: _RECUR * min(math.log2(n), 3.0) if n > 1 else 0.0 for n in set(times)}
+        own = map(mul, repeat(_AGENT), map(agent.get, found, repeat(0.0)))
+        w = list(map(add, map(add, own, map(recurs.__getitem__, times)), repeat(base)))
+        spreads = list(map(spread.get, found, repeat(0)))
+        rarity = {n: math.log2(1 + total / max(n, 1)) for n in set(spreads)}
+        seen = map({True: _SEEN, False: 1.0}.__getitem__, map(shown.__contains__, found))
+        worth = map(mul, map(mul, map(mul, w, map(rarity.__getitem__, spreads)), seen), repeat(factor))
+        weights.update(compress(zip(found, worth, strict=True), map(lt, repeat(0.0), w)))
+    telling = {n for n in other if weights[n]} | (plain & agent.keys())
+    return weights, telling
 
 
 _WINDOW_CHARS = 400_000
@@ -205,16 +147,6 @@ def _window_start(transcript: Sequence[Message], start: int, end: int) -> int:
         if chars > _WINDOW_CHARS:
             return i + 1
     return start
-
-
-def _flat(transcript: Sequence[Message], start: int, end: int) -> tuple[list[str], set[int]]:
-    """Every non-empty candidate line, in order, and the positions where a new text begins."""
-    flat: list[str] = []
-    starts: set[int] = set()
-    for lines in _candidate_lines(transcript, start, end):
-        starts.add(len(flat))
-        flat.extend(line for line in lines if line)
-    return flat, starts
 
 
 def build_digest(
@@ -278,8 +210,9 @@ def _tokens_per_char(flat: Sequence[str], counter: TokenCounter) -> float:
     return sum(counter.count_text(line) for line in sample) / chars if chars else 0.25
 
 
-def _estimate(flat: Sequence[str], unit: tuple[int, ...], per_char: float) -> float:
-    return sum(len(flat[i]) for i in unit) * per_char + len(unit)
+_Entry = tuple[float, int, tuple[int, ...], frozenset[str], float, float, float, int]
+"""A queued unit: -value per token, its message in the window and its lines there, its names, its
+scale, its estimated (or counted) tokens, and its value with the version of `covered` it is for."""
 
 
 def _pick_lines(
@@ -293,64 +226,90 @@ def _pick_lines(
     """Greedy by value per token, lazily re-valued (a unit's value falls as its names get covered)."""
     covered = set(covered)
     start = _window_start(transcript, start, end)
-    flat, starts = _flat(transcript, start, end)
-    weights, telling = _weights(transcript, end, set().union(*map(names_in, flat)))
-    weighed = weights.keys()
-    names = [frozenset(names_in(line) & weighed) for line in flat]
+    window = window_of(transcript[start:end])
+    flat, offsets = window.lines, window.offsets
+    weights, telling = _weights(transcript, end, window)
     costs: dict[int, int] = {}
     chosen: set[int] = set()
+    version = 1  # grows with `covered`: a value computed since needs no new sum
 
     def worth(found: Iterable[str]) -> float:
-        return math.fsum(weights[n] for n in found)  # exact, so the same in any set order
+        return math.fsum(map(weights.__getitem__, found))  # exact, so the same in any set order
 
-    def line_cost(i: int) -> int:
-        n = costs.get(i)
-        if n is None:
-            n = costs[i] = counter.count_text(flat[i]) + 1
-        return n
+    def value_of(entry: _Entry) -> float:
+        return entry[6] if entry[7] == version else entry[4] * worth(entry[3] - covered)
 
-    def cost(unit: tuple[int, ...]) -> int:
-        return sum(line_cost(i) for i in unit if i not in chosen)
+    def cost(k: int, at: tuple[int, ...]) -> int:
+        lines = [offsets[k] + i for i in at]
+        for i in lines:
+            if i not in costs:
+                costs[i] = counter.count_text(flat[i]) + 1
+        return sum(costs[i] for i in lines if i not in chosen)
 
-    # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
-    repeated = Counter(line for m in transcript[start:] if m.role == "tool" for line in _stripped(m.text))
-    per_char = _tokens_per_char(flat, counter)
-    heap: list[tuple[float, tuple[int, ...], frozenset[str], float, float]] = []
-    seen: set[tuple[str, ...]] = set()
-    for unit in _units(flat, starts):
-        text = tuple(flat[i] for i in unit)
-        found = frozenset().union(*(names[i] for i in unit))
-        scale = 1 / max(repeated[text[-1]] - 1, 1)
-        value = scale * worth(found)
-        # Plain words alone (prose, a banner) the agent never wrote tell nothing worth a line.
-        if text not in seen and value > 0 and any(n in telling for n in found):
-            seen.add(text)
-            # Queued by an estimate; counted only when it comes up (thousands of lines per pass).
-            guess = _estimate(flat, unit, per_char)
-            heapq.heappush(heap, (-value / guess, unit, found, scale, guess))
+    heap = _queue(window, weights, telling, _tokens_per_char(flat, counter), covered, transcript[start:])
     exhausted = False
     while heap and budget > 0:
-        _, unit, found, scale, guess = heapq.heappop(heap)
-        value = scale * worth(found - covered)
-        if value <= 0 or guess > 2 * budget:  # covered, or plainly too long: not counted
+        _, k, at, found, scale, guess, value, valid = heapq.heappop(heap)
+        if guess > 2 * budget:  # plainly too long: not counted
+            continue
+        if valid != version:
+            value = scale * worth(found - covered)
+        if value <= 0:  # covered
             continue
         if heap and value / guess < -heap[0][0]:  # worth less now (its names got covered): re-queue
-            heapq.heappush(heap, (-value / guess, unit, found, scale, guess))
+            heapq.heappush(heap, (-value / guess, k, at, found, scale, guess, value, version))
             continue
-        spend = cost(unit)  # counted only when it is about to be taken
+        spend = cost(k, at)  # counted only when it is about to be taken
         if spend == 0:
             continue
         if heap and value / spend < -heap[0][0]:  # dearer than estimated: re-queue at its count
-            heapq.heappush(heap, (-value / spend, unit, found, scale, spend))
+            heapq.heappush(heap, (-value / spend, k, at, found, scale, spend, value, version))
             continue
         if spend > budget:
             exhausted = exhausted or value >= _AGENT * 0.5
             continue
-        chosen.update(unit)
+        chosen.update(offsets[k] + i for i in at)
+        before = len(covered)
         covered |= found
+        version += len(covered) > before
         budget -= spend
-    exhausted = exhausted or any(h[3] * worth(h[2] - covered) >= _AGENT for h in heap)
+    exhausted = exhausted or any(value_of(h) >= _AGENT for h in heap)
     return _render(flat, sorted(chosen)), exhausted
+
+
+def _queue(
+    window: Window,
+    weights: dict[str, float],
+    telling: set[str],
+    per_char: float,
+    covered: set[str],
+    outputs: Sequence[Message],
+) -> list[_Entry]:
+    """Every unit of the window worth a line, once per text, queued by an estimate of its tokens.
+
+    Counted only when one comes up: there are thousands of units per pass, so this is built
+    with `map` and `zip` over the units' fields, without a Python step for each.
+    """
+    names = window.unit_names
+    # Plain words alone (prose, a banner) the agent never wrote tell nothing worth a line.
+    told = list(compress(range(len(names)), map(not_, map(telling.isdisjoint, names))))
+    found = list(map(names.__getitem__, told))  # a name worth nothing adds nothing to a sum
+    # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
+    repeated = _REPEAT_TALLY.over(outputs)
+    times = list(map(repeated.get, map(itemgetter(-1), map(window.texts.__getitem__, told)), repeat(0)))
+    scale_of = {n: 1 / max(n - 1, 1) for n in set(times)}
+    scales = list(map(scale_of.__getitem__, times))
+    values = list(map(mul, scales, map(math.fsum, map(map, repeat(weights.__getitem__), found))))
+    at = list(map(window.at.__getitem__, told))
+    chars = map(window.chars.__getitem__, told)
+    guesses = list(map(add, map(mul, chars, repeat(per_char)), map(len, at)))
+    keys = map(truediv, map(neg, values), guesses)
+    ks = map(window.message.__getitem__, told)
+    # A unit holding none of the covered names has its value for the first version of `covered`.
+    valid = map(int, map(covered.isdisjoint, found))
+    heap = list(zip(keys, ks, at, found, scales, guesses, values, valid, strict=True))
+    heapq.heapify(heap)  # no two entries compare equal: the same pops as pushing each in turn
+    return heap
 
 
 def _render(flat: Sequence[str], chosen: Sequence[int]) -> list[str]:
