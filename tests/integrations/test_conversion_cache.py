@@ -52,6 +52,8 @@ from pydantic_ai.usage import RequestUsage
 
 from contextkeep import ContextManager, ModelSpec
 from contextkeep._errors import HistoryDivergedError
+from contextkeep._session import Session
+from contextkeep._view import View
 from contextkeep.integrations._pydantic_ai_messages import Converter
 from contextkeep.integrations.adk import ContextKeepPlugin
 from contextkeep.integrations.langchain import ContextKeepMiddleware
@@ -342,3 +344,45 @@ async def test_adk_converts_each_content_once_and_still_forks_an_edit(
     # From the edited result (the third content) on: the request's 2 more contents, less 2 kept.
     assert conversation.history.conversions == contents + contents
     assert held == contents + 1  # the answer too
+
+
+# Tool declarations: pydantic-ai and ADK build theirs anew for every request.
+@pytest.fixture
+def handed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The `tools` every `Session.prepare` got, in order."""
+    tools: list[object] = []
+    prepare = Session.prepare
+
+    async def recording(self: Session, **kwargs: Any) -> View:
+        tools.append(kwargs.get("tools"))
+        return await prepare(self, **kwargs)
+
+    monkeypatch.setattr(Session, "prepare", recording)
+    return tools
+
+
+async def test_pydantic_ai_hands_unchanged_tools_over_as_the_same_list(
+    manager: Callable[[], ContextManager], handed: list[object]
+) -> None:
+    """The same list while the declarations read the same: counted by identity, not rendered per call."""
+    await pydantic_agent(ContextKeepCapability(manager(), conversation_id=CID), CALLS).run("Fix the cache.")
+    assert len(handed) == CALLS + 1 and handed[0]
+    assert all(tools is handed[0] for tools in handed)
+
+
+async def test_adk_hands_unchanged_tools_over_as_the_same_list(
+    manager: Callable[[], ContextManager], handed: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADK_DISABLE_LOAD_DOTENV", "1")
+    model = Coder(model="coder", calls=CALLS)
+    agent = LlmAgent(name="coder", model=model, instruction="You are a coding agent.", tools=[read_adk_file])
+    sessions = InMemorySessionService()
+    app = App(name="app", root_agent=agent, plugins=[ContextKeepPlugin(manager())])
+    await sessions.create_session(app_name="app", user_id="u", session_id=CID)
+    message = types.Content(role="user", parts=[types.Part(text="Fix the cache.")])
+    async for _ in AdkRunner(app=app, session_service=sessions).run_async(
+        user_id="u", session_id=CID, new_message=message
+    ):
+        pass
+    assert len(handed) == CALLS + 1 and handed[0]
+    assert all(tools is handed[0] for tools in handed)

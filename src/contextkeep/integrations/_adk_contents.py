@@ -14,9 +14,10 @@ session events. Only the messages carry those ids; the contents sent keep ADK's 
 
 ADK builds every request afresh from its session events, with shallow copies that share the
 payloads (text strings, argument and result dicts). :class:`History` converts a content once
-and reuses the conversion while its payloads are the same objects (the entry holds them, so an
-object id it keys on cannot be reused by another object) or, in a new invocation's copy of the
-session, while the content is equal to the one it converted.
+and reuses the conversion while the content's anchor (the payloads themselves, not the copies
+around them) compares equal: one C-level comparison per content, by identity for the payloads
+of the same invocation, by value (still in C: strings and dicts) for a new invocation's deep
+copy of the session.
 """
 
 from __future__ import annotations
@@ -38,14 +39,6 @@ __all__ = ["Converted", "History", "Place", "instructions_of", "message_of", "re
 
 _Piece = tuple[Message, tuple[int, ...]]
 """A message and the indexes of the content's parts it came from."""
-
-
-class _Entry(NamedTuple):
-    anchor: tuple[object, ...]
-    content: types.Content
-    """The content first converted; it keeps the anchored objects alive."""
-    end: int
-    """How many history messages the contents up to this one made."""
 
 
 class Place(NamedTuple):
@@ -78,9 +71,10 @@ class History:
     def __init__(self) -> None:
         self.conversions = 0
         """Contents converted so far (each new or changed one once)."""
-        self._entries: list[_Entry] = []
         self._anchors: list[tuple[object, ...]] = []
-        """`_entries`' anchors, compared in C with the next request's."""
+        """The last request's contents' anchors, compared in C with the next request's."""
+        self._ends: list[int] = []
+        """`_ends[i]`: how many history messages the contents up to the i-th made."""
         self._messages: list[Message] = []
         self._places: list[Place] = []
 
@@ -88,25 +82,15 @@ class History:
         """The messages of `contents`, reusing the conversion of every content seen before."""
         anchors = [_anchor(c) for c in contents]
         keep = common_prefix(self._anchors, anchors, ne)  # the usual case: every content seen
-        for entry, anchor, content in zip(
-            self._entries[keep:], anchors[keep:], contents[keep:], strict=False
-        ):
-            if entry.anchor != anchor:
-                if entry.content != content:
-                    break
-                self._entries[keep] = entry._replace(anchor=anchor, content=content)
-            keep += 1
-        end = self._entries[keep - 1].end if keep else 0
-        del self._entries[keep:], self._messages[end:], self._places[end:]
+        end = self._ends[keep - 1] if keep else 0
+        del self._ends[keep:], self._messages[end:], self._places[end:]
         if keep < len(contents):
-            self._add(contents, anchors, keep)
+            self._add(contents, keep)
         self._anchors = anchors
         self.conversions += len(contents) - keep
         return Converted(list(self._messages), contents, list(self._places), keep)
 
-    def _add(
-        self, contents: Sequence[types.Content], anchors: Sequence[tuple[object, ...]], first: int
-    ) -> None:
+    def _add(self, contents: Sequence[types.Content], first: int) -> None:
         """Convert the contents from `first` on; give their calls the ids a whole-history sync derives."""
         messages, places = self._messages, self._places
         end = len(messages)
@@ -114,22 +98,25 @@ class History:
             pieces = _pieces(contents[i])
             messages += [m for m, _ in pieces]
             places += [Place(i, idx, len(pieces)) for _, idx in pieces]
-            self._entries.append(_Entry(anchors[i], contents[i], len(messages)))
+            self._ends.append(len(messages))
         start = next((j for j in range(end - 1, -1, -1) if messages[j].tool_calls), end)
         messages[start:] = cast(list[Message], with_stable_ids(messages[start:], start=start))
 
 
 def _anchor(content: types.Content) -> tuple[object, ...]:
-    """What identifies a content across ADK's per-request copies: its payload objects."""
+    """What the conversion reads of a content, as the payload objects ADK's copies share.
+
+    Holding the objects (not their ids) keeps them alive and lets a deep copy compare equal. A
+    call or result starts with its class, which no text part's first item (a string) equals.
+    """
     out: list[object] = [content.role]
     for p in content.parts or ():
         if (fc := p.function_call) is not None:
-            out += (id(fc.args), fc.id, fc.name)
+            out += (types.FunctionCall, fc.args, fc.id, fc.name)
         elif (fr := p.function_response) is not None:
-            out += (id(fr.response), fr.id, fr.name)
+            out += (types.FunctionResponse, fr.response, fr.id, fr.name)
         else:
-            out += (id(p.text), p.thought, id(p.inline_data), id(p.file_data), id(p.executable_code))
-            out.append(id(p.code_execution_result))
+            out += (p.text, p.thought, p.inline_data, p.file_data, p.executable_code, p.code_execution_result)
     return tuple(out)
 
 

@@ -24,9 +24,20 @@ from contextkeep._session import Session, Tools
 from contextkeep._usage import Usage
 from contextkeep._view import View
 
-__all__ = ["Origins", "common_prefix"]  # common_prefix re-exported for the framework modules
+__all__ = ["Origins", "common_prefix", "unchanged"]  # common_prefix re-exported for the framework modules
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+def unchanged(last: V | None, new: V) -> V:
+    """`last` when `new` equals it, else `new`.
+
+    Frameworks rebuild their tool declarations for every request: handing the session the
+    same list object while they read the same lets its counter know them by identity instead
+    of rendering them again on every count.
+    """
+    return last if last is not None and last == new else new
 
 
 class Origins(Generic[T]):

@@ -53,6 +53,7 @@ from contextkeep.integrations._adk_contents import (
     tools_of,
 )
 from contextkeep.integrations._adk_view import Rebuilt
+from contextkeep.integrations._bridge import unchanged
 from contextkeep.models.overflow import classify_exception
 
 __all__ = ["ContextKeepPlugin", "default_conversation_id", "to_messages", "usage_of"]
@@ -120,9 +121,9 @@ class _Conversation:
         """
         config = request.config
         self.prepared = False
-        self.tools, self.max_tokens = tools_of(config), config.max_output_tokens
+        self.tools, self.max_tokens = unchanged(self.tools, tools_of(config)), config.max_output_tokens
         contents = request.contents
-        history = [c for i, c in enumerate(contents) if i not in scoped]
+        history = [c for i, c in enumerate(contents) if i not in scoped] if scoped else contents
         self.scoped = [(contents[i], len(contents) - i - 1 - sum(j > i for j in scoped)) for i in scoped]
         self.synced = self.history.convert(history)
         outside = [instructions_of(config), *(instructions_of(c) for c, _ in self.scoped)]

@@ -35,7 +35,7 @@ from contextkeep._events import EventBus, RecoveryFailed, RecoveryStarted, Recov
 from contextkeep._manager import ContextManager
 from contextkeep._session import Session
 from contextkeep._view import View
-from contextkeep.integrations._bridge import Origins
+from contextkeep.integrations._bridge import Origins, unchanged
 from contextkeep.integrations._pydantic_ai_messages import (
     Converter,
     Origin,
@@ -165,7 +165,7 @@ class ContextKeepCapability(AbstractCapability[Any]):
         parameters = request_context.model_request_parameters
         settings = request_context.model_settings or {}
         history = request_context.messages
-        tools = tool_dicts(parameters)
+        tools = unchanged(conversation.tools, tool_dicts(parameters))
         if request_context.attempt == 1:
             conversation.recoveries = 0
         if conversation.run_id != ctx.run_id:  # its history's own objects, found again by `sync`
