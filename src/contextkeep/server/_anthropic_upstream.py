@@ -21,7 +21,7 @@ from contextkeep._messages import Message
 from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
 from contextkeep.server._client_marks import ClientMarks, apply_marks
-from contextkeep.server.upstream import STARTED, UpstreamAdapter
+from contextkeep.server.upstream import STARTED, UpstreamAdapter, call_body
 
 __all__ = ["AnthropicUpstream", "StablePrefix", "StreamedMessage"]
 
@@ -165,22 +165,18 @@ class AnthropicUpstream(UpstreamAdapter):
     ) -> ModelReply:
         """Send `messages` with the request's other fields; errors as `UpstreamAdapter.complete`."""
         system, api_messages = to_anthropic(messages)
-        body: dict[str, Any] = {k: v for k, v in options.items() if k not in ("stream", "stream_options")}
-        if system is not None:
-            body["system"] = self._system(system)
-        if tools:
-            body["tools"] = list(tools)
+        body = call_body(
+            options,
+            tools,
+            ("max_tokens", max_tokens),
+            system=None if system is None else self._system(system),
+        )
         taken = _breakpoints(body.get("system")) + _breakpoints(body.get("tools"))
         marked, used = self._client_marked(messages, api_messages, _BREAKPOINTS - taken)
         body["messages"] = (
             marked if self.prefix is None else self.prefix.mark(api_messages, taken + used, marked)
         )
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if self.on_call is not None:
-            self.on_call(messages, local_prompt_tokens or 0)
-        self.calls += 1
-        self.failure = None
+        self.calling(messages, local_prompt_tokens)
         if self.sink is None:
             reply = await self._one(body)
         else:

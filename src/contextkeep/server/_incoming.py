@@ -1,11 +1,11 @@
 """What a proxied request brings to its conversation: new messages, a retry, or a branch.
 
-A client re-sends its whole history on every call. Converting (and hashing) all of it
-would make each request cost time proportional to the history, so the parsed messages of
-the client's previous request are kept: the prefix the new request shares with them
-reuses their conversions, and only the rest is converted. The prefix is recognised by
-its bytes (one memcmp, see `server._raw_span`), else compared as parsed JSON (in C, but
-over the whole history).
+A client re-sends its whole history on every call. Parsing, converting (and hashing) all
+of it would make each request cost time proportional to the history, so the parsed
+messages of the client's previous request are kept: the prefix the new request shares
+with them is neither parsed nor converted again, only the rest is. The prefix is
+recognised by its bytes (one memcmp, see `server._raw_span`), else (the body parsed in
+full) compared as parsed JSON (in C, but over the whole history).
 The converted history then goes through :func:`contextkeep._continuation.new_messages`,
 the rule `Session.sync` appends by.
 
@@ -29,15 +29,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contextkeep._continuation import new_messages
 from contextkeep._formats.openai import from_openai
 from contextkeep._messages import Message
-from contextkeep.server._raw_span import Span, extended_span, find_span
+from contextkeep.server._raw_span import Span, extended_span, find_span, without_repeated
 from contextkeep.server.upstream import EncodedView
 
-__all__ = ["ClientMemory", "Memories", "parsed"]
+__all__ = ["ChatRequest", "ClientMemory", "Memories", "parsed"]
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -56,6 +56,19 @@ def parsed(raw: bytes, model: type[_Model]) -> _Model:
     except orjson.JSONDecodeError:
         return model.model_validate_json(raw)
     return model.model_validate(data)
+
+
+class ChatRequest(BaseModel):
+    """The fields the proxy reads; every other field is forwarded as sent."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stream_options: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +114,34 @@ class ClientMemory:
 
     def __post_init__(self) -> None:
         self.branch = self.branch or self.root
+
+    def parsed(self, body: bytes) -> ChatRequest:
+        """`body` as a chat request, parsing only what follows the messages of the client's last body.
+
+        When `body` repeats those messages byte for byte, they are the ones parsed then; the
+        rest (the other fields and the new messages) is parsed as a document of its own.
+        Anything else (no new message, an error to report) parses in full.
+        """
+        unseen = self._unseen(body)
+        if unseen is not None:
+            rest, new = unseen
+            try:
+                chat: ChatRequest | None = parsed(rest, ChatRequest)
+            except ValidationError:  # the full parse below reports it, naming the message's index
+                chat = None
+            if chat is not None and len(chat.messages) == new:
+                chat.messages = self._raw + chat.messages
+                return chat
+        return parsed(body, ChatRequest)
+
+    def _unseen(self, body: bytes) -> tuple[bytes, int] | None:
+        """`body` without the messages of the last body (`without_repeated`), and how many are new."""
+        last = self._span
+        span = extended_span(body, self._body, last) if last is not None and last.size else None
+        if span is None or last is None or span.size == last.size:
+            return None
+        rest = without_repeated(body, span, last)
+        return None if rest is None else (rest, span.size - last.size)
 
     def convert(self, raw: list[Any], body: bytes | None = None) -> list[Message]:
         """`raw` (OpenAI chat messages, parsed from `body`) as messages, converting only what is new.

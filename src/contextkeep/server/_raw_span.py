@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["Span", "extended_span", "find_span"]
+__all__ = ["Span", "extended_span", "find_span", "without_repeated"]
 
 _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}:]')
 """What nesting depends on: strings (escapes included), brackets, and the colon after a key."""
 _KEY = b'"messages"'
+_WHITESPACE = b" \t\r\n"
+"""JSON's whitespace (`bytes.strip()` would take more)."""
 
 
 class Span(NamedTuple):
@@ -74,6 +76,21 @@ def extended_span(body: bytes, last_body: bytes, last: Span) -> Span | None:
     new_end, new = found
     end = new_end if new else end
     return Span(start, end, last.size + new) if _single(body, end) else None
+
+
+def without_repeated(body: bytes, span: Span, last: Span) -> bytes | None:
+    """`body` (at `span`) with the messages it repeats from the last body (at `last`) cut out.
+
+    What remains is the same document with only the new messages in its array, so it parses
+    in time proportional to what is new. `None` unless only a comma (and whitespace) lies
+    between the repeated messages and the first new one.
+    """
+    repeated = span.start + last.end - last.start
+    comma = body.find(b",", repeated, span.end)
+    if comma < 0 or body[repeated:comma].strip(_WHITESPACE):
+        return None
+    view = memoryview(body)
+    return b"".join((view[: span.start], view[comma + 1 :]))
 
 
 def _single(body: bytes, end: int) -> bool:

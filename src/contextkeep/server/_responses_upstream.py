@@ -27,7 +27,7 @@ from contextkeep._usage import Usage
 from contextkeep.models.adapter import ModelReply
 from contextkeep.server._probe import has_endpoint
 from contextkeep.server.proxy import Proxy
-from contextkeep.server.upstream import STARTED, UpstreamAdapter, UpstreamError
+from contextkeep.server.upstream import STARTED, UpstreamAdapter, UpstreamError, call_body
 
 __all__ = ["ResponsesPassthrough", "responses_error_event", "speaks_responses"]
 
@@ -93,18 +93,10 @@ class ResponsesPassthrough(UpstreamAdapter):
     ) -> ModelReply:
         """Send the view as input items with the request's other fields; errors as the parent's."""
         instructions, items = view_items(messages)
-        body: dict[str, Any] = {k: v for k, v in options.items() if k not in ("stream", "stream_options")}
-        if instructions is not None:
-            body["instructions"] = instructions
-        body["input"] = items
-        if tools:
-            body["tools"] = list(tools)
-        if max_tokens is not None:
-            body["max_output_tokens"] = max_tokens
-        if self.on_call is not None:
-            self.on_call(messages, local_prompt_tokens or 0)
-        self.calls += 1
-        self.failure = None
+        body = call_body(
+            options, tools, ("max_output_tokens", max_tokens), instructions=instructions, input=items
+        )
+        self.calling(messages, local_prompt_tokens)
         if self.sink is None:
             data = await self._one(body)
         else:

@@ -19,7 +19,7 @@ from typing import Any, Final
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from contextkeep._capabilities import CapacitySource, served_window
@@ -28,7 +28,7 @@ from contextkeep._errors import ContextKeepError, StoreError
 from contextkeep._manager import ContextManager
 from contextkeep._messages import Message
 from contextkeep._session import Session
-from contextkeep.server._incoming import ClientMemory, Memories, parsed
+from contextkeep.server._incoming import ChatRequest, ClientMemory, Memories
 from contextkeep.server._turn import Turn, _error_event, _failure, _Replayed, openai_error
 from contextkeep.server.kept import KeptConversations
 from contextkeep.server.upstream import UpstreamAdapter, upstream_headers
@@ -42,19 +42,6 @@ _CONVERSATION_HEADER = "x-conversation-id"
 _IDEMPOTENCY_HEADER: Final = "idempotency-key"
 _BRANCHES: Final = 16
 """Forks of forks followed before a history is refused (each is a transcript of its own)."""
-
-
-class ChatRequest(BaseModel):
-    """The fields the proxy reads; every other field is forwarded as sent."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
-    tools: list[dict[str, Any]] | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stream_options: dict[str, Any] | None = None
 
 
 class Proxy:
@@ -109,7 +96,7 @@ class Proxy:
             return await self._pass_through(await request.body(), self._headers(request))
         raw = await request.body()
         try:
-            chat = parsed(raw, ChatRequest)
+            chat = self.memories.of(conversation).parsed(raw)
         except ValidationError as exc:
             return openai_error(400, f"invalid request: {exc}")
         await self.use_upstream_window(self._headers(request))

@@ -50,6 +50,8 @@ STARTED = b""
 """Put on the sink once the upstream accepted a streamed request (status known, bytes follow)."""
 
 _FORWARDED = ("openai-organization", "openai-project", "user-agent")
+_STREAMING = frozenset({"stream", "stream_options"})
+"""The client's streaming fields, not forwarded as they are: the adapter asks for its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,28 @@ def upstream_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[s
     return out
 
 
+def call_body(
+    options: Mapping[str, Any],
+    tools: Sequence[Mapping[str, Any]] | None,
+    max_tokens: tuple[str, int | None],
+    **view: Any,
+) -> dict[str, Any]:
+    """The body of a call to a Messages or Responses upstream (a dict, for the adapter to finish).
+
+    The client's fields as it sent them (streaming aside), the view's parts in `view` that are
+    not None, the tools when any, and the output cap under the API's own name
+    (`max_tokens` = ``("max_output_tokens", 1024)``).
+    """
+    body = {k: v for k, v in options.items() if k not in _STREAMING}
+    body.update((k, v) for k, v in view.items() if v is not None)
+    if tools:
+        body["tools"] = list(tools)
+    name, cap = max_tokens
+    if cap is not None:
+        body[name] = cap
+    return body
+
+
 _ENCODED: dict[str, bytes] = {}
 _ENCODED_SIZE = 65_536
 
@@ -111,32 +135,41 @@ def _encoded(m: Message) -> bytes:
 
 @dataclass(slots=True)
 class EncodedView:
-    """A conversation's last view as sent: the next view that extends it encodes only what it appended.
+    """The last body sent upstream for a conversation: the next, if its view extends it, encodes the rest.
 
     Joining every message's cached encoding still costs time in proportion to the history
     (~0.5 µs a message); the view builder's lineage vouches that a view holds the last one's
-    messages, so their joined bytes are reused as they are.
+    messages, so their bytes in the last body are copied into the next as they are (the
+    body is built in one copy, never re-joined).
     """
 
     lineage: Lineage | None = None
-    joined: bytes = b""
+    sent: bytes = b""
+    """The last body."""
+    start: int = 0
+    """Offset of its first message's encoding."""
+    end: int = 0
+    """Offset just after its last message's encoding."""
 
-    def join(self, messages: Sequence[Message]) -> bytes:
-        """The messages' encodings joined with ``", "`` (what goes between the brackets)."""
+    def body(self, head: bytes, messages: Sequence[Message]) -> bytes:
+        """`head` (a JSON object up to its array's `[`), `messages` joined with ``", "``, then ``]}``."""
         last = self.lineage
+        parts: tuple[bytes | memoryview, ...]
         if last is not None and extended_by(messages, last):
             tail = b", ".join(map(_encoded, messages[last.length :]))
-            joined = self.joined + b", " + tail if self.joined and tail else self.joined or tail
+            kept = memoryview(self.sent)[self.start : self.end]
+            parts = (head, kept, b", " if kept and tail else b"", tail, b"]}")
         else:
-            joined = b", ".join(map(_encoded, messages))
-        self.lineage, self.joined = lineage_of(messages), joined
-        return joined
+            parts = (head, b", ".join(map(_encoded, messages)), b"]}")
+        sent = b"".join(parts)
+        self.lineage, self.sent, self.start, self.end = lineage_of(messages), sent, len(head), len(sent) - 2
+        return sent
 
 
 def _request_body(fields: Mapping[str, Any], messages: Sequence[Message], encoded: EncodedView) -> bytes:
     """The JSON body of `fields` with `messages` last."""
     head = json.dumps({**{k: v for k, v in fields.items() if k != "messages"}, "messages": []}).encode()
-    return b"".join((head[: -len(b"]}")], encoded.join(messages), b"]}"))  # one copy of the history
+    return encoded.body(head[: -len(b"]}")], messages)
 
 
 @dataclass
@@ -182,16 +215,20 @@ class UpstreamAdapter:
             fields["tools"] = list(tools)
         if max_tokens is not None and "max_completion_tokens" not in fields:
             fields["max_tokens"] = max_tokens
-        if self.on_call is not None:
-            self.on_call(messages, local_prompt_tokens or 0)
-        self.calls += 1
-        self.failure = None  # what the client gets if this call's error ends the request
+        self.calling(messages, local_prompt_tokens)
         if self.sink is None:
             reply = await self._single(_request_body(fields, messages, self.encoded))
         else:
             fields["stream_options"] = {**(fields.get("stream_options") or {}), "include_usage": True}
             reply = await self._streamed(_request_body(fields, messages, self.encoded), self.sink)
         return self.checked(reply, local_prompt_tokens)
+
+    def calling(self, messages: Sequence[Message], local_prompt_tokens: int | None) -> None:
+        """Count a call about to be sent (and tell `on_call` its view)."""
+        if self.on_call is not None:
+            self.on_call(messages, local_prompt_tokens or 0)
+        self.calls += 1
+        self.failure = None  # what the client gets if this call's error ends the request
 
     def checked(self, reply: ModelReply, local_prompt_tokens: int | None) -> ModelReply:
         """`reply`, unless the upstream cut the prompt unasked (see the module docs)."""
