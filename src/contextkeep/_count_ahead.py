@@ -33,20 +33,33 @@ class CountAhead:
         """Builds and counts the current view with the given tools."""
         self.conversation_id = conversation_id
         """Whose counts they are (for the log)."""
+        self.appended = 0
+        """Appends so far: each scheduled count is for the one it follows."""
+        self._counted = 0
+        """Appends the view of the last `prepare` included (it counted them already)."""
 
     def after_append(self, tools: Tools) -> None:
         """Count what was just added; the next `prepare` then only checks the counts.
 
-        When the `prepare` comes first, this finds nothing left to count.
+        When a `prepare` or a later append comes first, the view is not built for it.
         """
-        asyncio.get_running_loop().call_soon(self._count, tools)
+        self.appended += 1
+        asyncio.get_running_loop().call_soon(self._count, tools, self.appended)
 
-    def after_prepare(self) -> None:
-        """Count masked previews ahead (when masking is on) while the caller waits for the model."""
+    def after_prepare(self, counted: int) -> None:
+        """Count masked previews ahead (when masking is on) while the caller waits for the model.
+
+        `counted`: `appended` when `prepare` began counting its view (later appends still count ahead).
+        """
+        self._counted = max(self._counted, counted)
         if self.counter.stand_in is not None:
             asyncio.get_running_loop().call_soon(self.counter.warm)
 
-    def _count(self, tools: Tools) -> None:
+    def _count(self, tools: Tools, appended: int) -> None:
+        # A prepare counted the view since, or a later append's count will: building it again costs
+        # a whole view (the counts are cached, the building is not).
+        if appended != self.appended or appended <= self._counted:
+            return
         try:
             self.measure(tools)
         except Exception:  # the same error reaches the caller from prepare(), which can act on it

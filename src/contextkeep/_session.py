@@ -74,6 +74,8 @@ class Session:
         """The usage of the last recorded reply."""
         self._deps = deps
         self._synced = _Synced()
+        self._instructions: tuple[str, Message] | None = None
+        """The last `sync`'s instructions, as the system message they are counted as."""
         self._conversions = ViewConversions()  # every view of the session converts incrementally
         self._stable_ids = StableIds()  # so does the history `sync` is handed
         check_conversation_id(conversation_id)  # it names the workspace folder: bounded, no control chars
@@ -219,9 +221,15 @@ class Session:
             self._bind(fork_id(self.conversation_id, incoming, at))
             await self.load()
             new = new_messages(self._log.messages, incoming) or []
-        outside = self.counter.count_message(Message("system", instructions)) if instructions else 0
+        outside = self.counter.count_message(self._system(instructions)) if instructions else 0
         self._synced = _Synced(tools, outside)
         return await self.add(new) if new else []
+
+    def _system(self, instructions: str) -> Message:
+        """`instructions` as a system message, built once while they stay the same (JSON and hash)."""
+        if self._instructions is None or self._instructions[0] != instructions:
+            self._instructions = (instructions, Message("system", instructions))
+        return self._instructions[1]
 
     # Preparing.
     def budget(self, max_tokens: int | None = None) -> Budget:
@@ -241,6 +249,7 @@ class Session:
         config, budget = self.config, self.budget(max_tokens)
         if budget.clamped_from is not None:
             self._events.emit(ReserveClamped.of(budget, self._deps.model.key))
+        appended = self._ahead.appended  # what the view counted next includes
         first = self._passes.measure(tools, config)
         # DB-GPT: a status after every count, then one after every layer that runs.
         status = self._gauge.shown(first.tokens, budget, config, self.usage)
@@ -248,7 +257,7 @@ class Session:
         view, tokens, layers = await self._passes.due(first, budget, tools, config)
         if layers:
             status = self._gauge.shown(tokens, budget, config, self.usage)
-        self._ahead.after_prepare()
+        self._ahead.after_prepare(appended)
         return View(view, tokens, status, layers, self._conversions)
 
     async def current_view(self, *, tools: Tools = None, max_tokens: int | None = None) -> View:

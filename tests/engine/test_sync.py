@@ -126,6 +126,12 @@ async def test_instructions_outside_the_messages_are_counted_in_the_budget(tmp_p
     assert plain.status.budget is not None and counted.status.budget == plain.status.budget - outside
     assert counted.status.ratio is not None and plain.status.ratio is not None
     assert counted.status.ratio > plain.status.ratio
+    async with cm.session("c") as s:  # other instructions are counted instead, not the ones before
+        await s.sync([TASK], instructions=instructions * 2)
+        longer = await s.prepare()
+        await s.sync([TASK], instructions=instructions)
+        assert (await s.prepare()).status.budget == counted.status.budget
+    assert longer.status.budget is not None and longer.status.budget < counted.status.budget
 
 
 async def _neutral(history: list[dict[str, Any]]) -> list[Any]:

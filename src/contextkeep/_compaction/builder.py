@@ -24,7 +24,7 @@ from contextkeep._config import ContextConfig
 from contextkeep._lineage import Lineage, ViewList, lineage_of
 from contextkeep._messages import ImagePart, Message, TextPart
 from contextkeep._rounds import Round, current_turn_start
-from contextkeep._tokens import TokenCounter
+from contextkeep._tokens import PromptCounter, TokenCounter
 
 __all__ = [
     "REF_KEY",
@@ -63,6 +63,8 @@ class ViewBuilder:
     ) -> None:
         self.config = config
         self.counter = counter
+        self._counted = counter.counted if isinstance(counter, PromptCounter) else None
+        """A message's count from when the counter last encoded it (None: a counter keeping none)."""
         self.system = SystemPrompt(hooks)
         """The `on_system_prompt` hooks and their resolved results."""
         self.window = window
@@ -331,11 +333,13 @@ class ViewBuilder:
         key = (m.key, m.metadata.get(REF_KEY), config.truncated_observation_max_chars)
         saving = self._savings.get(key)
         if saving is None:
-            # Estimated by length (a preview's own encoding is left to the pass that shows it).
-            shown = self._transform(m, False, False, config).text
+            # Estimated by length (a preview's own encoding is left to the pass that shows it), from
+            # the count the result had in a view: encoding it again was most of counting ahead's CPU.
+            shown = self._transform(m, False, False, config)
             preview = masked_output(m.text, config.truncated_observation_max_chars, _reference(m))
-            tokens = self.counter.count_text(shown)
-            saving = self._savings[key] = int(tokens - tokens * len(preview) / max(len(shown), 1))
+            counted = self._counted(shown) if self._counted is not None else None
+            tokens = self.counter.count_text(shown.text) if counted is None else counted
+            saving = self._savings[key] = int(tokens - tokens * len(preview) / max(len(shown.text), 1))
         return config.mask_min_saving_tokens == 0 or saving >= config.mask_min_saving_tokens
 
     @staticmethod

@@ -110,6 +110,11 @@ class CalibratedCounter(PromptCounter):
         """Tokens of one message with its framing, scaled by the learned ratio."""
         return self.scale(super().count_message(message))
 
+    def counted(self, message: Message) -> int | None:
+        """Scaled tokens of `message` when it was last encoded, if it was."""
+        raw = super().counted(message)
+        return None if raw is None else self.scale(raw)
+
     def count_prompt(self, messages: Sequence[Message], tools: Tools | None = None) -> int:
         """The confirmed count of the anchored prefix plus the scaled rest, else the scaled count."""
         raw = super().count_prompt(messages, tools)

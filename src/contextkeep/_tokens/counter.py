@@ -115,6 +115,8 @@ class PromptCounter:
         self._stands_for: dict[str, str] = {}
         """Key of each stand-in counted ahead -> key of the message it stands in for."""
         self._texts: OrderedDict[str, int] = OrderedDict()
+        self._encoded: dict[str, int] = {}
+        """Key -> count of each message when last encoded, in whichever context (`counted`)."""
         self._cache_size = cache_size
         self._last = _Prompt()
         self._last_counted: Sequence[Message] = ()
@@ -227,6 +229,10 @@ class PromptCounter:
         totals = self._last.totals
         return list(totals) if messages is self._last_counted and len(messages) == len(totals) else None
 
+    def counted(self, message: Message) -> int | None:
+        """Tokens of `message` (framing included) when it was last encoded, if it was."""
+        return self._encoded.get(message.key)
+
     def _remember(self, prompt: _Prompt, messages: Sequence[Message], mirrored: bool) -> None:
         """`mirrored`: `_last_messages` already holds exactly `messages` (no copy needed)."""
         self._last, self._last_counted, self._lineage = prompt, messages, lineage_of(messages)
@@ -316,6 +322,9 @@ class PromptCounter:
         text, extra = self.framing.render(message, context, in_last_turn=in_last_turn)
         n = self.encoder.count(text) + extra
         self._store(key, n)
+        if len(self._encoded) >= self._cache_size:
+            self._encoded.clear()
+        self._encoded[message.key] = n
         if self.stand_in is not None and len(self._unwarmed) < self._cache_size:
             self._unwarmed.append((message, context, in_last_turn))
         return n
