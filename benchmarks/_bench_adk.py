@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App
@@ -37,16 +38,9 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from contextkeep import ContextManager, ModelSpec
+from contextkeep import ContextManager
 from contextkeep.integrations.adk import ContextKeepPlugin
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
-SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
-CALLS = 10
-REPEAT = 5
-STORES = ("memory", "sqlite")
-"""The stores measured (`bench_integrations.py --stores` chooses)."""
 APP, USER, AGENT = "bench", "bench-user", "coder"
 
 
@@ -93,20 +87,13 @@ class Timed(ContextKeepPlugin):
         return out
 
 
-def output(n: int) -> str:
-    """About 2 KB of a tool's output."""
-    return "\n".join(
-        f"{n:04d}:{i:02d} def handler_{i}(request): return cache.get(key_{n}_{i})" for i in range(36)
-    )
-
-
 def read_file(path: str) -> str:
     """Read a file.
 
     Args:
       path: The file's path.
     """
-    return output(len(path))
+    return tool_output(len(path))
 
 
 class Coder(BaseLlm):
@@ -148,7 +135,7 @@ async def _session(sessions: InMemorySessionService, session_id: str, messages: 
     for n in range(1, (messages - 1) // 2 + 1):
         call = types.FunctionCall(id=f"adk-{n}", name="read_file", args={"path": f"src/m{n}.py"})
         await add(AGENT, "model", types.Part(function_call=call))
-        result = types.FunctionResponse(id=f"adk-{n}", name="read_file", response={"result": output(n)})
+        result = types.FunctionResponse(id=f"adk-{n}", name="read_file", response={"result": tool_output(n)})
         await add(AGENT, "user", types.Part(function_response=result))
 
 

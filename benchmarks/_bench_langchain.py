@@ -2,7 +2,7 @@
 
 The same `create_agent` agent runs with a no-op middleware and with `ContextKeepMiddleware`, on an
 instant scripted chat model, from a history of N messages (the task, then rounds of one tool call
-and its ~1 KB result). Each timed run continues that history for 10 tool calls and a final answer
+and its ~2 KB result). Each timed run continues that history for 10 tool calls and a final answer
 (11 model calls, N to N + 22 messages), after an untimed run that opened the conversation (the
 first call of a thread loads its transcript once per process). Two clocks: the whole agent step
 (`added_ms_per_call` is the difference of the two agents'), and the middleware alone, between a
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from _bench_workload import DEEPSEEK_TOKENIZER, SPEC, STORES, tool_output
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -37,22 +38,15 @@ import contextkeep as ck
 from contextkeep._tokens import HFEncoder
 from contextkeep.integrations.langchain import ContextKeepMiddleware
 
-TOKENIZER = Path(__file__).resolve().parents[1].parent / "shared" / "tokenizers" / "deepseek_tokenizer.json"
 TOOL_CALLS = 10
 REPEATS = 7
 """Timed runs per configuration; the best is reported (the machine's noise only adds)."""
-STORES = ("memory", "sqlite")
-"""The stores measured (`bench_integrations.py --stores` chooses)."""
-
-
-def _output(n: int) -> str:
-    return "\n".join(f"{n}.{i:02d} worker-{i % 7} step={i * 31 % 97} status=ok" for i in range(30))
 
 
 @tool
 def read_log(part: int) -> str:
     """Read one part of the build log."""
-    return _output(part)
+    return tool_output(part)
 
 
 class _Instant(BaseChatModel):
@@ -112,7 +106,7 @@ def _seed(messages: int) -> list[BaseMessage]:
         call = {"name": "read_log", "args": {"part": -i}, "id": f"seed{i}"}
         out += [
             AIMessage("", tool_calls=[call]),
-            ToolMessage(_output(-i), tool_call_id=f"seed{i}", name="read_log"),
+            ToolMessage(tool_output(-i), tool_call_id=f"seed{i}", name="read_log"),
         ]
     return out
 
@@ -140,13 +134,13 @@ async def _per_call(middleware: AgentMiddleware, seed: list[BaseMessage], thread
 
 async def run(sizes: list[int]) -> list[dict[str, Any]]:
     """One row per history size and store: milliseconds per model call, and what contextkeep adds."""
-    encoder = HFEncoder(TOKENIZER)
+    encoder = HFEncoder(DEEPSEEK_TOKENIZER)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for store in STORES:
             url = "memory://" if store == "memory" else f"sqlite:///{folder}/bench.db"
             cm = ck.ContextManager(
-                ck.ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192),
+                SPEC,
                 store=url,
                 workspace=Path(folder) / "ws",
                 tokenizer=encoder,

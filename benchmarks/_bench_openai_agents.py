@@ -22,29 +22,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.testing import assistant_message, function_call
 from agents.usage import Usage
 
-from contextkeep import ContextManager, ModelSpec
+from contextkeep import ContextManager
 from contextkeep.integrations.openai_agents import ContextKeepModel
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
-SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
-CALLS = 10
-REPEAT = 5
-STORES = ("memory", "sqlite")
-"""The stores measured (`bench_integrations.py --stores` chooses)."""
-
-
-def output(n: int) -> str:
-    """About 2 KB of a tool's output."""
-    return "\n".join(
-        f"{n:04d}:{i:02d} def handler_{i}(request): return cache.get(key_{n}_{i})" for i in range(36)
-    )
 
 
 @function_tool
@@ -54,7 +40,7 @@ def read_file(path: str) -> str:
     Args:
         path: The file's path.
     """
-    return output(len(path))
+    return tool_output(len(path))
 
 
 def history(messages: int) -> list[TResponseInputItem]:
@@ -71,7 +57,7 @@ def history(messages: int) -> list[TResponseInputItem]:
                 "arguments": f'{{"path":"m{n}"}}',
             }
         )
-        out.append({"type": "function_call_output", "call_id": f"c{n}", "output": output(n)})
+        out.append({"type": "function_call_output", "call_id": f"c{n}", "output": tool_output(n)})
     return out
 
 

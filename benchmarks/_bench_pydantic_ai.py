@@ -1,6 +1,6 @@
 """pydantic-ai's part of `bench_integrations`: the time `ContextKeepCapability` adds per model call.
 
-An agent on `FunctionModel` continues a conversation of N messages (tool rounds with ~1 KB
+An agent on `FunctionModel` continues a conversation of N messages (tool rounds with ~2 KB
 outputs) for `CALLS` more tool calls and an answer. The same agent with a no-op capability
 (the same hooks, returning what they get) is the baseline: added time per call =
 best with - best without over `REPEAT` runs of each, interleaved; every run is on a fresh
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -39,16 +40,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
-from contextkeep import ContextManager, ModelSpec
+from contextkeep import ContextManager
 from contextkeep.integrations.pydantic_ai import ContextKeepCapability
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
-SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_192)
-CALLS = 10
-REPEAT = 5
-STORES = ("memory", "sqlite")
-"""The stores measured (`bench_integrations.py --stores` chooses)."""
 LIMITS = UsageLimits(request_limit=1_000)
 
 
@@ -68,13 +62,6 @@ class NoOp(AbstractCapability[Any]):
         return response
 
 
-def output(n: int) -> str:
-    """About 1 KB of a tool's output (about 370 tokens)."""
-    return "\n".join(
-        f"{n:04d}:{i:02d} def handler_{i}(request): return cache.get(key_{n}_{i})" for i in range(18)
-    )
-
-
 def history(messages: int) -> list[ModelMessage]:
     """A conversation of about `messages` messages: a prompt, then tool rounds."""
     out: list[ModelMessage] = [
@@ -89,7 +76,7 @@ def history(messages: int) -> list[ModelMessage]:
                 [TextPart(f"Reading {n}."), call], usage=RequestUsage(input_tokens=1, output_tokens=1)
             )
         )
-        out.append(ModelRequest([ToolReturnPart("read_file", output(n), f"call_{n}")]))
+        out.append(ModelRequest([ToolReturnPart("read_file", tool_output(n), f"call_{n}")]))
     return out
 
 
@@ -109,7 +96,7 @@ def agent(capability: AbstractCapability[Any], calls: int) -> Agent[None, str]:
     @a.tool_plain
     def read_file(path: str) -> str:
         """Read a file."""
-        return output(len(path))
+        return tool_output(len(path))
 
     return a
 
