@@ -6,7 +6,25 @@ from collections.abc import Sequence
 
 from contextkeep._rounds import Round, current_turn_start
 
-__all__ = ["droppable_rounds", "protected_start", "protection"]
+__all__ = ["droppable_rounds", "first_droppable", "preamble_end", "protected_start", "protection"]
+
+
+def preamble_end(rounds: Sequence[Round]) -> int:
+    """Transcript index just after the leading system preamble (0 without one)."""
+    return rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
+
+
+def first_droppable(rounds: Sequence[Round], pin_first_user: bool) -> int:
+    """Transcript index of the first message compaction may remove."""
+    start = 0
+    for r in rounds:
+        if r.kind == "system" and r.index == 0:
+            start = r.end
+            continue
+        if pin_first_user and r.kind == "user":
+            return r.end
+        return start
+    return start
 
 
 def droppable_rounds(rounds: Sequence[Round], start: int) -> list[Round]:

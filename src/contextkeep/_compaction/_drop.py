@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextkeep._compaction._bounds import droppable_rounds
+from contextkeep._compaction._bounds import droppable_rounds, first_droppable
 from contextkeep._compaction._digest import build_digest
 from contextkeep._compaction._names import LayerName
 from contextkeep._compaction._pass import PassContext
-from contextkeep._compaction.builder import first_droppable
 from contextkeep._compaction.render import dropped_marker
 from contextkeep._rounds import Round
 

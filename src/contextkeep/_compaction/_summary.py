@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import time
 
-from contextkeep._compaction._bounds import droppable_rounds
+from contextkeep._compaction._bounds import droppable_rounds, first_droppable
 from contextkeep._compaction._digest import digest_lines
 from contextkeep._compaction._names import LayerName
 from contextkeep._compaction._pass import PassContext
-from contextkeep._compaction.builder import first_droppable
 from contextkeep._compaction.state import Summary
 from contextkeep._config import FailureStrategy
 from contextkeep._errors import SummaryError

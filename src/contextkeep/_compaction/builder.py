@@ -15,6 +15,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 
+from contextkeep._compaction._bounds import first_droppable, preamble_end
 from contextkeep._compaction._preview import used_lines
 from contextkeep._compaction.ingest import truncate_tool_result
 from contextkeep._compaction.render import detail_reference, dropped_marker, head_tail, masked_output
@@ -31,24 +32,10 @@ __all__ = [
     "SystemPromptHook",
     "ViewBuilder",
     "default_progress_hook",
-    "first_droppable",
 ]
 
 REF_KEY = "ck_ref"
 """Metadata key of a message's (or part's) offload reference, set when it is added."""
-
-
-def first_droppable(rounds: Sequence[Round], pin_first_user: bool) -> int:
-    """Transcript index of the first message compaction may remove."""
-    start = 0
-    for r in rounds:
-        if r.kind == "system" and r.index == 0:
-            start = r.end
-            continue
-        if pin_first_user and r.kind == "user":
-            return r.end
-        return start
-    return start
 
 
 class ViewBuilder:
@@ -110,7 +97,7 @@ class ViewBuilder:
         will be built with (by default the builder's).
         """
         config = self.config if config is None else config
-        if _preamble_end(rounds):
+        if preamble_end(rounds):
             await self.system.resolve(transcript[0].text, state.progress, self._progress_shown(state, config))
 
     def build(
@@ -163,8 +150,8 @@ class ViewBuilder:
         config = self.config if config is None else config
         self._forget_if_reconfigured(config)
         out: list[Message] = []
-        preamble_end = _preamble_end(rounds)
-        for i in range(preamble_end):
+        preamble = preamble_end(rounds)
+        for i in range(preamble):
             m = transcript[i]
             if i == 0:
                 text = self.system.text(m.text, state.progress[: self._progress_shown(state, config)])
@@ -174,8 +161,8 @@ class ViewBuilder:
             return out
         start = first_droppable(rounds, config.pin_first_user)
         cut = max(state.cut, start)
-        if cut > start and config.pin_first_user and start > preamble_end:
-            pinned = range(preamble_end, start)
+        if cut > start and config.pin_first_user and start > preamble:
+            pinned = range(preamble, start)
             out.extend(self._derive(transcript[i], i, state, config, transcript) for i in pinned)
         if state.summary is not None:
             text = config.summary_template.format(summary=state.summary.text)
@@ -226,7 +213,7 @@ class ViewBuilder:
     ) -> tuple[list[Message], int]:
         """The shown messages (kept: callers copy what they hand out), and where the body starts in them."""
         self._forget_if_reconfigured(config)
-        base = _preamble_end(rounds)
+        base = preamble_end(rounds)
         start = max(state.cut, first_droppable(rounds, config.pin_first_user)) if state.cut else base
         marks = (state.mask_boundary, max(state.mask_boundary, state.image_boundary))
         shown, varying = self._shown, self._varying
@@ -383,10 +370,6 @@ def _derivation(config: ContextConfig, window: int | None) -> tuple[int, int, in
 
 def _reference(m: Message) -> str:
     return str(m.metadata.get(REF_KEY) or "(not offloaded)")
-
-
-def _preamble_end(rounds: Sequence[Round]) -> int:
-    return rounds[0].end if rounds and rounds[0].kind == "system" and rounds[0].index == 0 else 0
 
 
 def _without_media(m: Message) -> Message:
