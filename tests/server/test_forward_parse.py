@@ -9,7 +9,6 @@ with the full parse's error.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +22,7 @@ from contextkeep.server import _incoming as incoming
 from contextkeep.server._incoming import ChatRequest, ClientMemory
 from contextkeep.server.background import BackgroundServer
 from contextkeep.testing import FakeLLMServer
-
-TRICKY = '"]}, {"messages": [ \\u00e9 é ,'
-"""Quotes, brackets, commas and escapes inside a string."""
-
-
-def _layout(fields: dict[str, Any], step: int) -> bytes:
-    """Bodies laid out as clients do: messages first or last, compact, spaced or indented."""
-    if step % 4 == 3:
-        return json.dumps(fields, indent=2).encode()
-    return json.dumps(fields, separators=(",", ":") if step % 3 == 0 else None).encode()
-
-
-def _body(messages: list[dict[str, Any]], step: int) -> bytes:
-    first = {"messages": messages, "model": "m", "temperature": step / 10}
-    last = {"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}], "messages": messages}
-    return _layout(first if step % 2 else last, step)
+from support.client_bodies import resent_bodies
 
 
 def _full(raw: bytes) -> ChatRequest:
@@ -53,20 +37,8 @@ def _read(memory: ClientMemory, raw: bytes) -> ChatRequest:
 
 
 def test_appends_retries_and_edits_read_as_the_whole_body():
-    rng = random.Random(11)
     memory = ClientMemory("c")
-    history: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
-    for step in range(300):
-        roll = rng.random()
-        if roll < 0.7 or len(history) < 2:
-            new = [{"role": "user", "content": f"u{step} {TRICKY}", "name": "x"}] * rng.randint(1, 3)
-            history = [*history, *new]
-        elif roll < 0.85:  # a retry of an earlier request
-            history = history[:-1]
-        else:  # an edit
-            i = rng.randrange(len(history))
-            history = [*history[:i], {**history[i], "content": "edited"}, *history[i + 1 :]]
-        raw = _body(history, step)
+    for raw in resent_bodies(11):
         assert _read(memory, raw).model_dump() == _full(raw).model_dump()
 
 
