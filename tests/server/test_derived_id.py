@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
 
 from contextkeep._config import ContextConfig
-from contextkeep.server._derived_id import derived_conversation_id
+from contextkeep.server._derived_id import DerivedIds, derived_conversation_id
 from contextkeep.testing import FakeLLMServer, Reply, ToolCallSpec
 from support.proxy_fixtures import openai_client, served_proxy
 
@@ -40,6 +42,27 @@ def test_the_id_follows_the_stable_head_only():
     assert derived_conversation_id(base[1:], SYSTEM) == first
     assert derived_conversation_id([base[0], {"role": "user", "content": "Another task."}]) != first
     assert derived_conversation_id(base[:1]) is None  # no user message: nothing stable to name
+
+
+def posted(body: bytes) -> Request:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request({"type": "http", "method": "POST", "headers": [], "client": ("127.0.0.1", 1)}, receive)
+
+
+async def test_a_chat_body_is_read_only_as_far_as_its_head():
+    # The id depends on the first messages alone, so a re-sent history of any length costs
+    # the same: a body whose tail no parser would accept still names its conversation.
+    head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find the slow worker."}]
+    body = json.dumps({"model": "m", "messages": [*head, {"role": "assistant", "content": "ok"}]}).encode()
+    cut = body[: body.index(b'{"role": "assistant"')] + b'{"role": "assistant", "content": "unfini'
+    ids = DerivedIds()
+    assert await ids.of(posted(cut)) == derived_conversation_id(head)
+    assert await ids.of(posted(json.dumps({"model": "m", "messages": head[:1]}).encode())) is None
+    assert await ids.of(posted(b'{"model": "m", "messages": ["hi"]}')) is None
+    assert await ids.of(posted(b'{"model": "m", "messages": [{"role": "user", "content": "x"')) is None
+    assert await ids.of(posted(b"not json")) is None
 
 
 @pytest.mark.slow

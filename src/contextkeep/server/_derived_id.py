@@ -23,10 +23,12 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any, Final
 
 from fastapi import Request
+
+from contextkeep.server._raw_span import find_start, objects
 
 __all__ = ["DerivedIds", "derived_conversation_id"]
 
@@ -54,7 +56,7 @@ def _bare(value: Any) -> Any:
     return value
 
 
-def derived_conversation_id(messages: Sequence[Any], system: Any = None) -> str | None:
+def derived_conversation_id(messages: Iterable[Any], system: Any = None) -> str | None:
     """The id named after the system part and the first user message; None without a user message."""
     head: list[Any] = [] if system is None else [_blocks(system)]
     for m in messages:
@@ -76,16 +78,23 @@ class DerivedIds:
         self._told: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def of(self, request: Request) -> str | None:
-        """The id for `request`'s JSON body (`messages`, and `system` when there), or None."""
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return None
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return None
-        return self.of_messages(request, body["messages"], body.get("system"))
+        """The id for `request`'s JSON chat body, or None; reads only the body's head.
 
-    def of_messages(self, request: Request, messages: Sequence[Any], system: Any = None) -> str | None:
+        A client re-sends its whole history on every call, but the id depends only on its
+        first messages: they are parsed one by one as far as the first user message, so the
+        cost does not grow with the history.
+        """
+        body = await request.body()
+        start = find_start(body)
+        if start is None:
+            return None
+        head = (json.loads(body[begin:end]) for begin, end in objects(body, start))
+        try:
+            return self.of_messages(request, head)
+        except ValueError:  # not JSON as far as the head: the parser's verdict is the upstream's
+            return None
+
+    def of_messages(self, request: Request, messages: Iterable[Any], system: Any = None) -> str | None:
         """The id for `request`, whose history is `messages` (and `system`), or None."""
         found = derived_conversation_id(messages, system)
         if found is not None:

@@ -36,6 +36,7 @@ from contextkeep._formats.openai import to_openai
 from contextkeep._session import Session
 from contextkeep.server._anthropic_upstream import AnthropicUpstream, StablePrefix
 from contextkeep.server._client_marks import client_marks
+from contextkeep.server._derived_id import derived_conversation_id
 from contextkeep.server._messages_chat import ChatForMessages, anthropic_error_event, speaks_messages
 from contextkeep.server._passthrough import forwarded_headers, unchanged
 from contextkeep.server.proxy import (
@@ -93,17 +94,37 @@ def _as_chat(request: MessagesRequest) -> ChatRequest:
     return ChatRequest.model_validate({**fields, **(request.model_extra or {}), "messages": history})
 
 
+async def _refused(request: Request, conversation: str | None, error: ValidationError) -> Response:
+    """A 400 for an invalid request the proxy manages; one it would not manage goes on unchanged."""
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        body = None
+    managed = conversation or (
+        isinstance(body, dict)
+        and isinstance(body.get("messages"), list)
+        and derived_conversation_id(body["messages"], body.get("system")) is not None
+    )
+    if not managed:
+        return await unchanged(request, "messages")
+    return anthropic_error(400, f"invalid request: {error}")
+
+
 async def handle(proxy: Proxy, request: Request) -> Response:
     """Serve one Messages API request."""
-    conversation = request.headers.get(_CONVERSATION_HEADER) or await request.app.state.derived_ids.of(
-        request
+    conversation = request.headers.get(_CONVERSATION_HEADER)
+    try:  # parsed once: the derived id is read from the parsed `system` and `messages`
+        asked = MessagesRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return await _refused(request, conversation, exc)
+    conversation = conversation or request.app.state.derived_ids.of_messages(
+        request, asked.messages, asked.system
     )
     if not conversation:
         return await unchanged(request, "messages")
     try:
-        asked = MessagesRequest.model_validate_json(await request.body())
         chat = _as_chat(asked)
-    except (ValidationError, ContextKeepError) as exc:
+    except ContextKeepError as exc:
         return anthropic_error(400, f"invalid request: {exc}")
     await proxy.use_upstream_window(proxy._headers(request))
     setting = request.app.state.settings.upstream_api

@@ -11,9 +11,10 @@ is left for when the byte comparison fails: the first request and after a branch
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["Span", "extended_span", "find_span", "without_repeated"]
+__all__ = ["Span", "extended_span", "find_span", "find_start", "objects", "without_repeated"]
 
 _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}:]')
 """What nesting depends on: strings (escapes included), brackets, and the colon after a key."""
@@ -33,26 +34,43 @@ class Span(NamedTuple):
     """Its elements (all objects)."""
 
 
-def _elements(body: bytes, pos: int) -> tuple[int, int] | None:
-    """From `pos` inside the array, between elements: (end of the last element, objects passed)."""
-    depth, count, end = 0, 0, pos
+class _NotMessages(ValueError):
+    """The array holds something other than objects, or does not end."""
+
+
+def objects(body: bytes, pos: int) -> Iterator[tuple[int, int]]:
+    """From `pos` inside the array, between elements: each object's (start, end) until the `]`.
+
+    Reads only as far as the caller iterates; raises `ValueError` where the array holds
+    something other than objects or has no end.
+    """
+    depth, start = 0, pos
     for m in _TOKEN.finditer(body, pos):
         token = m.group()
         if token in (b"{", b"["):
             if depth == 0:
                 if token != b"{":
-                    return None  # not a message: left to the parser's verdict
-                count += 1
+                    raise _NotMessages  # not a message: left to the parser's verdict
+                start = m.start()
             depth += 1
         elif token in (b"}", b"]"):
             depth -= 1
             if depth < 0:
-                return end, count
+                return
             if depth == 0:
-                end = m.end()
+                yield start, m.end()
         elif depth == 0:
-            return None  # a bare string element
-    return None
+            raise _NotMessages  # a bare string element
+    raise _NotMessages
+
+
+def _elements(body: bytes, pos: int) -> tuple[int, int] | None:
+    """From `pos` inside the array, between elements: (end of the last element, objects passed)."""
+    try:
+        found = list(objects(body, pos))
+    except _NotMessages:
+        return None
+    return (found[-1][1] if found else pos), len(found)
 
 
 def find_span(body: bytes) -> Span | None:
