@@ -24,7 +24,10 @@ from contextkeep._tokens._onig import outside_verified, translate
 __all__ = ["PieceCounter", "piece_counter"]
 
 _MAX_PIECES = 200_000
-"""Remembered piece counts before the memo starts over (a piece is a word-sized string)."""
+"""Remembered piece (and part) counts before a memo starts over (a piece is a word-sized string)."""
+_PART_CHARS = 64
+"""The longest part whose count is remembered: a longer one is rarely met again, and one regex
+call over it costs little per character."""
 
 
 @lru_cache(maxsize=1)
@@ -60,6 +63,9 @@ class PieceCounter:
         self._final = re.compile(f"(?:{last})|(?:(?!(?:{last}))[\\s\\S])+").findall
         self._tokenize = tokenize
         self._memo: dict[str, int] = {}
+        """Tokens per piece (what the BPE model encodes)."""
+        self._parts: dict[str, int] = {}
+        """Tokens per short part (what the isolating splits leave), the sum of its pieces'."""
         raw, normalized = added
         self._raw = _AddedTokens(raw) if raw else None
         """Added tokens matched in the text as given."""
@@ -92,7 +98,26 @@ class PieceCounter:
         parts = [text]
         for split in splits:  # every split applies to every piece of the previous one
             parts = [x for part in parts for x in split(part) if x]
-        pieces = [x for part in parts for x in self._final(part)]
+        # Text between isolated digits is short and recurs (code, logs, tables): each such part
+        # is split once and then known by its count, a lookup instead of a regex call.
+        known = self._parts
+        try:
+            return sum(map(known.__getitem__, parts))  # every part seen before: the common case
+        except KeyError:
+            pass
+        total = 0
+        for part in parts:
+            n = known.get(part)
+            if n is None:
+                n = self._pieces(self._final(part))
+                if len(part) <= _PART_CHARS:
+                    if len(known) > _MAX_PIECES:
+                        known.clear()
+                    known[part] = n
+            total += n
+        return total
+
+    def _pieces(self, pieces: Sequence[str]) -> int:
         memo = self._memo
         try:
             return sum(map(memo.__getitem__, pieces))  # every piece seen before: the common case
