@@ -11,6 +11,8 @@ longer holds the latest reply must still reach `Session.sync` as what it is: the
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -270,9 +272,12 @@ class Coder(BaseLlm):
     made: int = 0
     results: list[list[Any]] = Field(default_factory=list)
     """The function results of every request."""
+    sent: list[Any] = Field(default_factory=list)
+    """Weak references to the contents of every request."""
 
     async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> Any:
         self.made += 1
+        self.sent += map(weakref.ref, llm_request.contents)
         self.results.append(
             [
                 p.function_response.response
@@ -326,6 +331,10 @@ async def test_adk_converts_each_content_once_and_still_forks_an_edit(
     # message after a content decides where it ends): O(1) per call, not the whole view.
     assert conversation.rebuilt.mapped == contents + CALLS
     assert [len(r) for r in model.results] == list(range(CALLS + 1))  # every result in every request
+    # What the cache keeps is ADK's payloads, not the copies it makes of them for each request:
+    # those go once the reply is recorded, as without the plugin.
+    gc.collect()
+    assert [ref() for ref in model.sent if ref() is not None] == []
     held = len((await plugin.session(CID)).transcript)
 
     # ADK's history rewritten (a rewind, its own compaction): an older result, the last answer.

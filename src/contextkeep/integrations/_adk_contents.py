@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from operator import ne
 from typing import Any, NamedTuple, cast
 
 from google.adk.flows.llm_flows.functions import AF_FUNCTION_CALL_ID_PREFIX
@@ -33,7 +32,6 @@ from google.genai import types
 
 from contextkeep._continuation import with_stable_ids
 from contextkeep._messages import ContentPart, FilePart, ImagePart, Message, TextPart, ToolCall
-from contextkeep.integrations._bridge import common_prefix
 
 __all__ = ["Converted", "History", "Place", "instructions_of", "message_of", "request_scoped", "tools_of"]
 
@@ -72,7 +70,7 @@ class History:
         self.conversions = 0
         """Contents converted so far (each new or changed one once)."""
         self._anchors: list[tuple[object, ...]] = []
-        """The last request's contents' anchors, compared in C with the next request's."""
+        """The anchors of the contents the last request held, as first seen."""
         self._ends: list[int] = []
         """`_ends[i]`: how many history messages the contents up to the i-th made."""
         self._messages: list[Message] = []
@@ -80,13 +78,19 @@ class History:
 
     def convert(self, contents: Sequence[types.Content]) -> Converted:
         """The messages of `contents`, reusing the conversion of every content seen before."""
-        anchors = [_anchor(c) for c in contents]
-        keep = common_prefix(self._anchors, anchors, ne)  # the usual case: every content seen
+        anchors, keep = self._anchors, 0
+        # The anchors kept are the first request's; the usual case is every content seen.
+        # A content's anchor is built, compared and dropped at once: anchors kept per call
+        # would outlive a collection each time and set off the costly full ones.
+        for content, anchor in zip(contents, anchors, strict=False):
+            if _anchor(content) != anchor:
+                break
+            keep += 1
         end = self._ends[keep - 1] if keep else 0
-        del self._ends[keep:], self._messages[end:], self._places[end:]
+        del self._ends[keep:], self._messages[end:], self._places[end:], anchors[keep:]
         if keep < len(contents):
+            anchors += map(_anchor, contents[keep:])
             self._add(contents, keep)
-        self._anchors = anchors
         self.conversions += len(contents) - keep
         return Converted(list(self._messages), contents, list(self._places), keep)
 

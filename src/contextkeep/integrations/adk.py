@@ -142,6 +142,9 @@ class _Conversation:
 
     async def record(self, response: LlmResponse) -> None:
         """Append the reply, with the call ids the next sync derives for it, and its usage."""
+        # ADK made the request's contents for this call alone: held until the next one, each
+        # call's copies would outlive a collection and bring the costly full collections sooner.
+        self.synced = self.synced._replace(contents=())
         if not self.prepared or response.content is None or not response.content.parts:
             return
         self.prepared = False
