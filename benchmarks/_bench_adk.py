@@ -3,9 +3,9 @@
 A real `LlmAgent`, run by an ADK `Runner` on a scripted `BaseLlm`, continues a session of N
 messages (tool rounds with ~2 KB outputs, stored as ADK events) for `CALLS` more tool calls and
 an answer. The same agent with a no-op plugin (the same callbacks, doing nothing) is the
-baseline: added time per call = best with - best without over `REPEAT` runs of each,
-interleaved; every run is on a fresh ADK session holding the N messages. Its first call, a turn
-of its own, syncs and counts every message once and loads the session (`first_call_ms`);
+baseline: added time per call = the median difference of `REPEAT` interleaved pairs of runs
+(`_bench_workload.added_ms`); every run is on a fresh ADK session holding the N messages. Its
+first call, a turn of its own, syncs and counts every message once and loads the session (`first_call_ms`);
 `plugin_ms_per_call` is the time spent inside the plugin's callbacks in the measured turn.
 The window (131,072) holds 300 messages, so no compaction runs: this is the steady per-call cost.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -24,7 +23,17 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
+from _bench_workload import (
+    CALLS,
+    DEEPSEEK_TOKENIZER,
+    REPEAT,
+    SPEC,
+    STORES,
+    added_ms,
+    ms,
+    settled,
+    tool_output,
+)
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App
@@ -154,12 +163,14 @@ async def _timed(plugin: BasePlugin, messages: int, session_id: str) -> tuple[fl
 
     t0 = time.perf_counter()
     await turn()
-    t1 = time.perf_counter()
+    first = time.perf_counter() - t0
     model.calls, model.made = CALLS, 0
     if isinstance(plugin, Timed):
         plugin.spent = 0.0
-    await turn()
-    return t1 - t0, (time.perf_counter() - t1) / (CALLS + 1)
+    with settled():
+        t1 = time.perf_counter()
+        await turn()
+        return first, (time.perf_counter() - t1) / (CALLS + 1)
 
 
 async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
@@ -179,10 +190,10 @@ async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
         "framework": "google-adk",
         "messages": messages,
         "store": store,
-        "added_ms_per_call": round((min(with_ck) - min(framework)) * 1000, 2),
-        "plugin_ms_per_call": round(min(inside) * 1000, 2),
-        "framework_ms_per_call": round(min(framework) * 1000, 2),
-        "first_call_ms": round(statistics.median(first) * 1000, 1),
+        "added_ms_per_call": added_ms(with_ck, framework),
+        "plugin_ms_per_call": ms(inside),
+        "framework_ms_per_call": ms(framework),
+        "first_call_ms": ms(first),
     }
 
 

@@ -9,8 +9,8 @@ first call of a thread loads its transcript once per process). Two clocks: the w
 clock middleware outside it and one inside it (`inside_ms_per_call`, handler excluded). The window
 (131,072) keeps the view below the warning ratio, so no compaction runs: the figure is the steady
 per-call cost (sync, count, view, record). The rest of each call is LangGraph's own step (the
-no-op column). The tokenizer is DeepSeek's exact `tokenizer.json`; the best of `REPEATS` runs is
-reported.
+no-op column). The tokenizer is DeepSeek's exact `tokenizer.json`; each figure is the median of
+`REPEAT` interleaved pairs of runs (`_bench_workload.added_ms`).
 
     TIKTOKEN_CACHE_DIR=../shared/tokenizers .venv/bin/python benchmarks/_bench_langchain.py [20,100,300]
 """
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from _bench_workload import DEEPSEEK_TOKENIZER, SPEC, STORES, tool_output
+from _bench_workload import DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, added_ms, ms, settled, tool_output
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -39,7 +39,6 @@ from contextkeep._tokens import HFEncoder
 from contextkeep.integrations.langchain import ContextKeepMiddleware
 
 TOOL_CALLS = 10
-REPEATS = 7
 """Timed runs per configuration; the best is reported (the machine's noise only adds)."""
 
 
@@ -126,9 +125,10 @@ async def _per_call(middleware: AgentMiddleware, seed: list[BaseMessage], thread
     run = {"messages": [*state["messages"], HumanMessage("Go on.")]}
     outer.seconds.clear()
     inner.seconds.clear()
-    start = time.perf_counter()
-    await agent.ainvoke(cast(Any, run), config)
-    step = (time.perf_counter() - start) / (TOOL_CALLS + 1)
+    with settled():
+        start = time.perf_counter()
+        await agent.ainvoke(cast(Any, run), config)
+        step = (time.perf_counter() - start) / (TOOL_CALLS + 1)
     return step, statistics.median(o - i for o, i in zip(outer.seconds, inner.seconds, strict=True))
 
 
@@ -149,20 +149,19 @@ async def run(sizes: list[int]) -> list[dict[str, Any]]:
             for n in sizes:
                 seed = _seed(n)
                 noop, kept = [], []
-                for r in range(REPEATS):  # interleaved, so both see the same machine load
+                for r in range(REPEAT):  # interleaved, so both see the same machine load
                     noop.append(await _per_call(_NoOp(), seed, f"noop-{store}-{n}-{r}"))
                     kept.append(await _per_call(middleware, seed, f"ck-{store}-{n}-{r}"))
-                base, with_ck = (min(s for s, _ in runs) * 1e3 for runs in (noop, kept))
-                inside = min(i for _, i in kept) - min(i for _, i in noop)
+                steps = [s for s, _ in kept], [s for s, _ in noop]
                 rows.append(
                     {
                         "framework": "langchain",
                         "messages": n,
                         "store": store,
-                        "added_ms_per_call": round(with_ck - base, 3),
-                        "inside_ms_per_call": round(inside * 1e3, 3),
-                        "noop_ms_per_call": round(base, 3),
-                        "contextkeep_ms_per_call": round(with_ck, 3),
+                        "added_ms_per_call": added_ms(*steps),
+                        "inside_ms_per_call": added_ms([i for _, i in kept], [i for _, i in noop]),
+                        "noop_ms_per_call": ms(steps[1]),
+                        "contextkeep_ms_per_call": ms(steps[0]),
                     }
                 )
             await cm.close()

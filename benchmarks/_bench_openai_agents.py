@@ -2,10 +2,10 @@
 
 An agent continues a conversation of N messages (tool rounds with ~2 KB outputs, as Responses
 input items) for `CALLS` more tool calls and an answer, through `agents.Runner`. The same agent
-on the unwrapped model is the baseline: added time per call = (with - without) / calls, the
-median of `REPEAT` runs, each on a fresh conversation that was fed the N messages first (that
-first sync counts every message once: `first_call_ms`). The window (131,072) holds 300
-messages, so no compaction runs: this is the steady per-call cost.
+on the unwrapped model is the baseline: added time per call = the median difference of `REPEAT`
+interleaved pairs of runs (`_bench_workload.added_ms`), each on a fresh conversation that was
+fed the N messages first (that first sync counts every message once: `first_call_ms`). The
+window (131,072) holds 300 messages, so no compaction runs: this is the steady per-call cost.
 
     TIKTOKEN_CACHE_DIR=../shared/tokenizers .venv/bin/python benchmarks/_bench_openai_agents.py
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import statistics
 import sys
 import tempfile
 import time
@@ -22,7 +21,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
+from _bench_workload import (
+    CALLS,
+    DEEPSEEK_TOKENIZER,
+    REPEAT,
+    SPEC,
+    STORES,
+    added_ms,
+    ms,
+    settled,
+    tool_output,
+)
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
@@ -85,10 +94,12 @@ async def _timed(wrap: Any, start: list[TResponseInputItem]) -> tuple[float, flo
     """(seconds of the first call, which feeds `start`; seconds per call of `CALLS` tool calls after it)."""
     t0 = time.perf_counter()
     fed = await Runner.run(_agent(wrap(Scripted(0))), [*start, {"role": "user", "content": "Go on."}])
-    t1 = time.perf_counter()
-    go_on: list[Any] = [*fed.to_input_list(), {"role": "user", "content": "Go on."}]
-    await Runner.run(_agent(wrap(Scripted(CALLS))), go_on, max_turns=CALLS + 5)
-    return t1 - t0, (time.perf_counter() - t1) / (CALLS + 1)
+    first = time.perf_counter() - t0
+    with settled():
+        t1 = time.perf_counter()
+        go_on: list[Any] = [*fed.to_input_list(), {"role": "user", "content": "Go on."}]
+        await Runner.run(_agent(wrap(Scripted(CALLS))), go_on, max_turns=CALLS + 5)
+        return first, (time.perf_counter() - t1) / (CALLS + 1)
 
 
 def _around(wrapper: ContextKeepModel, model: Model) -> Model:
@@ -105,12 +116,12 @@ async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
     url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{messages}.db'}"
     cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=f"hf:{DEEPSEEK_TOKENIZER}")
     start = history(messages)
-    added, framework, first = [], [], []
+    with_ck, framework, first = [], [], []
     for r in range(REPEAT):
         _, without = await _timed(lambda model: model, start)
         wrapper = ContextKeepModel(Scripted(0), cm, conversation_id=f"bench-{messages}-{r}")
-        fed, with_ck = await _timed(functools.partial(_around, wrapper), start)
-        added.append(with_ck - without)
+        fed, per_call = await _timed(functools.partial(_around, wrapper), start)
+        with_ck.append(per_call)
         framework.append(without)
         first.append(fed)
     await cm.close()
@@ -118,9 +129,9 @@ async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
         "framework": "openai-agents",
         "messages": len(start),
         "store": store,
-        "added_ms_per_call": round(statistics.median(added) * 1000, 2),
-        "framework_ms_per_call": round(statistics.median(framework) * 1000, 2),
-        "first_call_ms": round(statistics.median(first) * 1000, 1),
+        "added_ms_per_call": added_ms(with_ck, framework),
+        "framework_ms_per_call": ms(framework),
+        "first_call_ms": ms(first),
     }
 
 

@@ -2,9 +2,9 @@
 
 An agent on `FunctionModel` continues a conversation of N messages (tool rounds with ~2 KB
 outputs) for `CALLS` more tool calls and an answer. The same agent with a no-op capability
-(the same hooks, returning what they get) is the baseline: added time per call =
-best with - best without over `REPEAT` runs of each, interleaved; every run is on a fresh
-conversation fed the N messages first (that first call syncs and counts every message once, and
+(the same hooks, returning what they get) is the baseline: added time per call = the median
+difference of `REPEAT` interleaved pairs of runs (`_bench_workload.added_ms`); every run is on a
+fresh conversation fed the N messages first (that first call syncs and counts every message once, and
 loads the tokenizer for the new session: `first_call_ms`).
 The window (131,072) holds 300 messages (about 61,000 tokens) with room to spare, so no compaction
 runs: this is the steady per-call cost.
@@ -15,14 +15,23 @@ runs: this is the steady per-call cost.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _bench_workload import CALLS, DEEPSEEK_TOKENIZER, REPEAT, SPEC, STORES, tool_output
+from _bench_workload import (
+    CALLS,
+    DEEPSEEK_TOKENIZER,
+    REPEAT,
+    SPEC,
+    STORES,
+    added_ms,
+    ms,
+    settled,
+    tool_output,
+)
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -105,9 +114,11 @@ async def _timed(capability: AbstractCapability[Any], start: list[ModelMessage])
     """(seconds of the first call, which feeds `start`; seconds per call of `CALLS` tool calls after it)."""
     t0 = time.perf_counter()
     fed = await agent(capability, 0).run("Go on.", message_history=start, usage_limits=LIMITS)
-    t1 = time.perf_counter()
-    await agent(capability, CALLS).run("Go on.", message_history=fed.all_messages(), usage_limits=LIMITS)
-    return t1 - t0, (time.perf_counter() - t1) / (CALLS + 1)
+    first = time.perf_counter() - t0
+    with settled():
+        t1 = time.perf_counter()
+        await agent(capability, CALLS).run("Go on.", message_history=fed.all_messages(), usage_limits=LIMITS)
+        return first, (time.perf_counter() - t1) / (CALLS + 1)
 
 
 async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
@@ -128,9 +139,9 @@ async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
         "framework": "pydantic-ai",
         "messages": len(start),
         "store": store,
-        "added_ms_per_call": round((min(with_ck) - min(framework)) * 1000, 2),
-        "framework_ms_per_call": round(min(framework) * 1000, 2),
-        "first_call_ms": round(statistics.median(first) * 1000, 1),
+        "added_ms_per_call": added_ms(with_ck, framework),
+        "framework_ms_per_call": ms(framework),
+        "first_call_ms": ms(first),
     }
 
 

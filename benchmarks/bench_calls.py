@@ -46,6 +46,7 @@ from typing import Any
 
 from _bench_anchors import AgentScope, Harness, LangChain, TrimMessages
 from _bench_calls_memory import memory_report
+from _bench_machine import machine_line
 from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject
 from _bench_subject import timed as measured
 from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
@@ -276,6 +277,7 @@ async def main_async(args: argparse.Namespace) -> None:
             results = await replay(trajectory, found, args.repeat, args.anchor_calls)
         report(len(trajectory.messages), found, results)
         last = (found, results)
+    print(machine_line())
     print("targets: contextkeep late <= 0.15 ms at 261 messages, late/early <= 1.3, <= 0.2 ms at 10,000")
     for note in notes:
         print(f"note: {note}")

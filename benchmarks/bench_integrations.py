@@ -4,9 +4,12 @@ For every framework, the same agent runs on an instant scripted model with and w
 contextkeep (a no-op hook of the framework's own kind), from histories of 20, 100 and 300
 messages, on the in-memory and the SQLite store, counting with DeepSeek's exact
 `tokenizer.json`. How each part measures is in its module docstring (`_bench_<framework>.py`).
+Every figure is the median over `BENCH_REPEAT` (9 unless set) interleaved pairs of runs, and
+each measured run starts on a collected, frozen heap (`_bench_workload.settled`).
 
     pip install -e '.[dev]'
-    TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py [--sizes 20,100,300]
+    [BENCH_REPEAT=9] TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py \
+        [--sizes 20,100,300]
         [--only langchain,pydantic-ai,openai-agents,google-adk] [--stores memory,sqlite] [--breakdown]
         [--clock wall|cpu]
 
@@ -33,6 +36,7 @@ from typing import Any
 
 import _bench_breakdown
 from _bench_breakdown import clocked, table
+from _bench_machine import machine_line
 
 PARTS = {
     "langchain": "_bench_langchain",
@@ -87,6 +91,7 @@ async def main(sizes: list[int], only: list[str], stores: list[str], breakdown: 
                 await run(sizes[-1:])
             steps.append(table(framework, sizes[-1], times))
     print()
+    print(machine_line())
     print(f"clock: {clock}")
     print(_table(rows, sizes))
     for lines in steps:

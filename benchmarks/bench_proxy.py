@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 import orjson
+from _bench_machine import machine_line
 
 from contextkeep.server._incoming import ClientMemory
 from contextkeep.testing import FakeLLMServer
@@ -212,6 +213,7 @@ def main(sizes: list[int], calls: int, store: str | None) -> None:
             print(row, flush=True)
             rows.append(row)
     print()
+    print(machine_line())
     print(table(rows))
 
 
