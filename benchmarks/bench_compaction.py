@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from _bench_anchors import AgentScope, LangChain
+from _bench_machine import machine_line
 from _bench_subject import HUGE_WINDOW, PROFILER, ContextKeep, Subject, timed
 
 from contextkeep._events import CompressionCompleted
@@ -324,6 +325,7 @@ async def main_async(args: argparse.Namespace) -> None:
         f"contextkeep ({found[0].counter}) tracemalloc over one replay: "
         f"peak {memory[0]:.1f} MiB, retained {memory[1]:.1f} MiB"
     )
+    print(machine_line())
     print("targets: contextkeep exact <= 0.3 ms per call (flat), <= 2 ms per pass without the LLM (layers)")
     for note in notes:
         print(f"note: {note}")

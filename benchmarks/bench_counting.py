@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _bench_machine import machine_line
+
 from contextkeep._formats import to_openai
 from contextkeep._messages import Message
 from contextkeep._tokens import HFEncoder, OpenAIFraming, PromptCounter, TiktokenEncoder, counter_for_model
@@ -127,6 +129,7 @@ def encoder_throughput(path: Path, repeat: int) -> None:
     print(f"\nDeepSeek tokenizer.json over {len(texts)} trajectory texts ({megabytes:.1f} MB):")
     for name, mb_s in rows:
         print(f"  {name:38} {mb_s:6.2f} MB/s")
+    print(machine_line())
 
 
 if __name__ == "__main__":
