@@ -17,23 +17,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncGenerator
-from pathlib import Path
 from typing import Any
 
-from _bench_workload import (
-    CALLS,
-    DEEPSEEK_TOKENIZER,
-    REPEAT,
-    SPEC,
-    STORES,
-    added_ms,
-    ms,
-    settled,
-    tool_output,
-)
+from _bench_workload import CALLS, STORES, Pair, measured_rows, settled, tool_output
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App
@@ -173,39 +161,17 @@ async def _timed(plugin: BasePlugin, messages: int, session_id: str) -> tuple[fl
         return first, (time.perf_counter() - t1) / (CALLS + 1)
 
 
-async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
-    url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{messages}.db'}"
-    cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=f"hf:{DEEPSEEK_TOKENIZER}")
-    with_ck, framework, first, inside = [], [], [], []
-    for r in range(REPEAT):
-        _, without = await _timed(NoOp(), messages, f"noop-{messages}-{r}")
-        plugin = Timed(cm)
-        fed, per_call = await _timed(plugin, messages, f"bench-{messages}-{r}")
-        with_ck.append(per_call)
-        framework.append(without)
-        first.append(fed)
-        inside.append(plugin.spent / (CALLS + 1))
-    await cm.close()
-    return {
-        "framework": "google-adk",
-        "messages": messages,
-        "store": store,
-        "added_ms_per_call": added_ms(with_ck, framework),
-        "plugin_ms_per_call": ms(inside),
-        "framework_ms_per_call": ms(framework),
-        "first_call_ms": ms(first),
-    }
+async def _pair(cm: ContextManager, messages: int, conversation: str) -> Pair:
+    _, without = await _timed(NoOp(), messages, f"noop-{conversation}")
+    plugin = Timed(cm)
+    fed, per_call = await _timed(plugin, messages, conversation)
+    return Pair(messages, without, per_call, fed, plugin.spent / (CALLS + 1))
 
 
 async def run(sizes: list[int]) -> list[dict[str, Any]]:
     """One row per store and history size."""
     os.environ.setdefault("ADK_DISABLE_LOAD_DOTENV", "1")
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for store in STORES:
-            for messages in sizes:
-                rows.append(await _measure(messages, store, Path(tmp)))
-    return rows
+    return await measured_rows("google-adk", sizes, STORES, _pair, inside="plugin_ms_per_call")
 
 
 if __name__ == "__main__":

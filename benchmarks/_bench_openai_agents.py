@@ -15,23 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-from _bench_workload import (
-    CALLS,
-    DEEPSEEK_TOKENIZER,
-    REPEAT,
-    SPEC,
-    STORES,
-    added_ms,
-    ms,
-    settled,
-    tool_output,
-)
+from _bench_workload import CALLS, STORES, Pair, measured_rows, settled, tool_output
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
@@ -112,38 +100,18 @@ def _agent(model: Model) -> Agent[Any]:
     return Agent(name="coder", instructions="You are a coding agent.", model=model, tools=[read_file])
 
 
-async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
-    url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{messages}.db'}"
-    cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=f"hf:{DEEPSEEK_TOKENIZER}")
+async def _pair(cm: ContextManager, messages: int, conversation: str) -> Pair:
     start = history(messages)
-    with_ck, framework, first = [], [], []
-    for r in range(REPEAT):
-        _, without = await _timed(lambda model: model, start)
-        wrapper = ContextKeepModel(Scripted(0), cm, conversation_id=f"bench-{messages}-{r}")
-        fed, per_call = await _timed(functools.partial(_around, wrapper), start)
-        with_ck.append(per_call)
-        framework.append(without)
-        first.append(fed)
-    await cm.close()
-    return {
-        "framework": "openai-agents",
-        "messages": len(start),
-        "store": store,
-        "added_ms_per_call": added_ms(with_ck, framework),
-        "framework_ms_per_call": ms(framework),
-        "first_call_ms": ms(first),
-    }
+    _, without = await _timed(lambda model: model, start)
+    wrapper = ContextKeepModel(Scripted(0), cm, conversation_id=conversation)
+    fed, per_call = await _timed(functools.partial(_around, wrapper), start)
+    return Pair(len(start), without, per_call, fed)
 
 
 async def run(sizes: list[int]) -> list[dict[str, Any]]:
     """One row per store and history size."""
     set_tracing_disabled(True)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for store in STORES:
-            for messages in sizes:
-                rows.append(await _measure(messages, store, Path(tmp)))
-    return rows
+    return await measured_rows("openai-agents", sizes, STORES, _pair)
 
 
 if __name__ == "__main__":

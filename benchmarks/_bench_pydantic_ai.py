@@ -16,22 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from _bench_workload import (
-    CALLS,
-    DEEPSEEK_TOKENIZER,
-    REPEAT,
-    SPEC,
-    STORES,
-    added_ms,
-    ms,
-    settled,
-    tool_output,
-)
+from _bench_workload import CALLS, STORES, Pair, measured_rows, settled, tool_output
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -121,38 +109,16 @@ async def _timed(capability: AbstractCapability[Any], start: list[ModelMessage])
         return first, (time.perf_counter() - t1) / (CALLS + 1)
 
 
-async def _measure(messages: int, store: str, folder: Path) -> dict[str, Any]:
-    url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{messages}.db'}"
-    cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=f"hf:{DEEPSEEK_TOKENIZER}")
+async def _pair(cm: ContextManager, messages: int, conversation: str) -> Pair:
     start = history(messages)
-    with_ck, framework, first = [], [], []
-    for r in range(REPEAT):
-        _, without = await _timed(NoOp(), start)
-        fed, per_call = await _timed(
-            ContextKeepCapability(cm, conversation_id=f"bench-{messages}-{r}"), start
-        )
-        with_ck.append(per_call)
-        framework.append(without)
-        first.append(fed)
-    await cm.close()
-    return {
-        "framework": "pydantic-ai",
-        "messages": len(start),
-        "store": store,
-        "added_ms_per_call": added_ms(with_ck, framework),
-        "framework_ms_per_call": ms(framework),
-        "first_call_ms": ms(first),
-    }
+    _, without = await _timed(NoOp(), start)
+    fed, per_call = await _timed(ContextKeepCapability(cm, conversation_id=conversation), start)
+    return Pair(len(start), without, per_call, fed)
 
 
 async def run(sizes: list[int]) -> list[dict[str, Any]]:
     """One row per store and history size."""
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for store in STORES:
-            for messages in sizes:
-                rows.append(await _measure(messages, store, Path(tmp)))
-    return rows
+    return await measured_rows("pydantic-ai", sizes, STORES, _pair)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import product
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from contextkeep import ModelSpec
+from contextkeep import ContextManager, ModelSpec
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DEEPSEEK_TOKENIZER = SHARED / "tokenizers" / "deepseek_tokenizer.json"
@@ -64,3 +67,57 @@ def added_ms(with_ck: Sequence[float], without: Sequence[float]) -> float:
 def ms(seconds: Iterable[float]) -> float:
     """The median of `seconds`, in ms."""
     return round(statistics.median(seconds) * 1000, 2)
+
+
+class Pair(NamedTuple):
+    """One interleaved pair of timed runs, each continuing a history for `CALLS` more tool calls."""
+
+    messages: int
+    """The history's length when the runs start."""
+    without: float
+    """Seconds per call of the agent with a no-op hook."""
+    with_ck: float
+    """Seconds per call of the same agent with contextkeep."""
+    first: float
+    """Seconds of the contextkeep run's first call, which syncs and counts the whole history."""
+    inside: float | None = None
+    """Seconds per call spent inside contextkeep's hooks, where the part measures it."""
+
+
+Measure = Callable[[ContextManager, int, str], Awaitable[Pair]]
+"""A part's pair of runs: (manager, history size, a conversation id of its own) -> `Pair`."""
+
+
+async def measured_rows(
+    framework: str, sizes: Sequence[int], stores: Sequence[str], measure: Measure, *, inside: str = ""
+) -> list[dict[str, Any]]:
+    """One row per store and history size: `REPEAT` pairs on one manager, their medians.
+
+    `inside` names the row key for the time inside the hooks (left out when empty).
+    """
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for store, n in product(stores, sizes):
+            url = "memory://" if store == "memory" else f"sqlite:///{folder / f'bench-{n}.db'}"
+            tokenizer = f"hf:{DEEPSEEK_TOKENIZER}"
+            cm = ContextManager(SPEC, store=url, workspace=folder / "ws", tokenizer=tokenizer)
+            pairs = [await measure(cm, n, f"bench-{store}-{n}-{r}") for r in range(REPEAT)]
+            await cm.close()
+            rows.append(_row(framework, store, pairs, inside))
+    return rows
+
+
+def _row(framework: str, store: str, pairs: Sequence[Pair], inside: str) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "framework": framework,
+        "messages": pairs[0].messages,
+        "store": store,
+        "added_ms_per_call": added_ms([p.with_ck for p in pairs], [p.without for p in pairs]),
+    }
+    if inside:
+        row[inside] = ms(p.inside or 0.0 for p in pairs)
+    return row | {
+        "framework_ms_per_call": ms(p.without for p in pairs),
+        "first_call_ms": ms(p.first for p in pairs),
+    }
