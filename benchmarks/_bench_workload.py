@@ -24,7 +24,7 @@ SPEC = ModelSpec("deepseek-chat", context_window=131_072, max_output_tokens=8_19
 """A window large enough that no compaction runs: the figures are the steady per-call cost."""
 CALLS = 10
 """Model calls per timed run (plus the final answer)."""
-REPEAT = int(os.environ.get("BENCH_REPEAT", "9"))
+REPEAT = int(os.environ.get("BENCH_REPEAT", "25"))
 """Runs with and without contextkeep per row, interleaved (the `BENCH_REPEAT` variable sets it)."""
 STORES = ("memory", "sqlite")
 """The stores measured (`bench_integrations.py --stores` chooses)."""

@@ -52,6 +52,7 @@ import os
 import pstats
 import statistics
 import tempfile
+import time
 import tracemalloc
 import warnings
 from collections.abc import Callable, Sequence
@@ -77,14 +78,26 @@ PASS_FILL = 0.85
 
 
 @dataclass
+class Passes:
+    """Timed compaction passes: wall seconds (stub time subtracted), CPU seconds, what the last did."""
+
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    """The process's CPU time over the pass, every thread (the background writers' too)."""
+    effect: str = ""
+
+
+@dataclass
 class Row:
     """One line of the table."""
 
     name: str
     counter: str
     per_call: list[float]
-    passes: list[float] = field(default_factory=list)
-    effect: str = ""
+    passes: Passes
+    """At late calls."""
+    mid_passes: Passes | None
+    """contextkeep: at the calls whose prompt holds about `--pass-messages` messages."""
     adds: list[float] = field(default_factory=list)
     """Seconds of `extend` (contextkeep: `add`, the ingest) before each call, medians per call."""
     during_call: list[float] = field(default_factory=list)
@@ -136,11 +149,10 @@ async def replay_per_call(subject: Subject, calls: Sequence[int], repeat: int) -
     return PerCall(*map(medians, samples))
 
 
-async def compaction_passes(subject: Subject, calls: Sequence[int], repeat: int) -> tuple[list[float], str]:
-    """Seconds of one pass at each of `calls`, `repeat` times; and what the last pass did."""
+async def compaction_passes(subject: Subject, calls: Sequence[int], repeat: int) -> Passes:
+    """One pass at each of `calls`, `repeat` times."""
     messages = subject.trajectory.messages
-    seconds: list[float] = []
-    effect = ""
+    out = Passes()
     for _ in range(repeat):
         for index in calls:
             await subject.open(HUGE_WINDOW)
@@ -148,10 +160,12 @@ async def compaction_passes(subject: Subject, calls: Sequence[int], repeat: int)
             before = await subject.tokens()  # also warms caches, as the checks before this call did
             await subject.idle()  # the model call that follows every check
             await subject.resize(math.ceil(before / PASS_FILL))
+            cpu = time.process_time()
             took, result = await timed(subject.compact)
-            seconds.append(took)
-            effect = f"{before} tok -> {await subject.describe(result)}"
-    return seconds, effect
+            out.cpu.append(time.process_time() - cpu)
+            out.seconds.append(took)
+            out.effect = f"{before} tok -> {await subject.describe(result)}"
+    return out
 
 
 async def memory_of_replay(subject: Subject, calls: Sequence[int]) -> tuple[float, float]:
@@ -263,10 +277,17 @@ async def main_async(args: argparse.Namespace) -> None:
             per_call = await replay_per_call(subject, calls, args.repeat)
             completed = subject.completed if isinstance(subject, ContextKeep) else []
             completed.clear()
-            passes, effect = (
-                ([], "not measured (--calls-only)")
+            passes = (
+                Passes(effect="not measured (--calls-only)")
                 if args.calls_only
                 else await compaction_passes(subject, calls[-tenth:], args.repeat)
+            )
+            late_completed = list(completed)
+            mid = [c for c in calls if c <= args.pass_messages][-tenth:]
+            mid_passes = (
+                await compaction_passes(subject, mid, args.repeat)
+                if isinstance(subject, ContextKeep) and not args.calls_only and mid
+                else None
             )
             rows.append(
                 Row(
@@ -274,11 +295,11 @@ async def main_async(args: argparse.Namespace) -> None:
                     subject.counter,
                     per_call.checks,
                     passes,
-                    effect,
+                    mid_passes,
                     per_call.adds,
                     per_call.during_call,
                     per_call.during_tools,
-                    list(completed),
+                    late_completed,
                 )
             )
         memory = await memory_of_replay(found[0], calls)
@@ -294,24 +315,31 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(
         f"early = median over calls 1..{tenth}; late = calls {len(calls) - tenth + 1}..{len(calls)}; "
-        f"pass = median of {len(rows[0].passes)} passes at late calls (stub time subtracted)"
+        f"pass = median of {len(rows[0].passes.seconds)} passes at late calls (stub time subtracted)"
     )
     header = (
         f"{'library':18} {'counter':36} {'early ms':>9} {'late ms':>9} {'pass ms':>9} {'layers ms':>9}"
-        "  pass (last one)"
+        f" {'pass CPU':>9}  pass (last one)"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         early, late = statistics.median(r.per_call[:tenth]), statistics.median(r.per_call[-tenth:])
         layers = f"{statistics.median(e.layers_ms for e in r.completed):9.3f}" if r.completed else f"{'-':>9}"
-        passed = f"{ms(r.passes):9.3f}" if r.passes else f"{'-':>9}"
-        row = f"{r.name:18} {r.counter:36} {early * 1e3:9.3f} {late * 1e3:9.3f} {passed} {layers}"
-        print(f"{row}  {r.effect}")
+        passed, cpu = (f"{ms(v):9.3f}" if v else f"{'-':>9}" for v in (r.passes.seconds, r.passes.cpu))
+        row = f"{r.name:18} {r.counter:36} {early * 1e3:9.3f} {late * 1e3:9.3f} {passed} {layers} {cpu}"
+        print(f"{row}  {r.passes.effect}")
     print(
         "layers = the pass without waiting for the summariser or for I/O (CompressionCompleted.layers_ms); "
-        "pass = the whole compress() call"
+        "pass = the whole compress() call; pass CPU = the process's CPU time over it, every thread"
     )
+    for r in rows:
+        if r.mid_passes is not None:
+            print(
+                f"contextkeep ({r.counter}), pass at calls of up to {args.pass_messages} messages: "
+                f"CPU {ms(r.mid_passes.cpu):.3f} ms, wall {ms(r.mid_passes.seconds):.3f} ms "
+                f"({r.mid_passes.effect})"
+            )
     for r in rows:
         if r.completed:
             offload = statistics.median(e.offload_ms for e in r.completed)
@@ -342,6 +370,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="replays per library; medians are reported")
     parser.add_argument(
         "--messages", type=int, default=0, help="repeat the trajectory's rounds up to this many messages"
+    )
+    parser.add_argument(
+        "--pass-messages", type=int, default=150, help="also time passes at calls of about this many messages"
     )
     parser.add_argument("--calls-only", action="store_true", help="skip the compaction passes")
     parser.add_argument("--profile", action="store_true", help="print contextkeep's cProfile hot spots")

@@ -4,11 +4,11 @@ For every framework, the same agent runs on an instant scripted model with and w
 contextkeep (a no-op hook of the framework's own kind), from histories of 20, 100 and 300
 messages, on the in-memory and the SQLite store, counting with DeepSeek's exact
 `tokenizer.json`. How each part measures is in its module docstring (`_bench_<framework>.py`).
-Every figure is the median over `BENCH_REPEAT` (9 unless set) interleaved pairs of runs, and
+Every figure is the median over `BENCH_REPEAT` (25 unless set) interleaved pairs of runs, and
 each measured run starts on a collected, frozen heap (`_bench_workload.settled`).
 
     pip install -e '.[dev]'
-    [BENCH_REPEAT=9] TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py \
+    [BENCH_REPEAT=25] TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_integrations.py \
         [--sizes 20,100,300]
         [--only langchain,pydantic-ai,openai-agents,google-adk] [--stores memory,sqlite] [--breakdown]
         [--clock wall|cpu]

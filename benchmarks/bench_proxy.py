@@ -10,9 +10,14 @@ tokens cheaply (bytes / 4) so it stays out of the figures. The proxy's parse ste
 timed on its own, in this process, as the proxy runs it (`ClientMemory.parsed`: only what
 follows the history the client's last body sent, when the body repeats it byte for byte),
 and the added latency without it is its own column; orjson parsing the whole body, as it
-would without that, is shown for comparison. On Linux the proxy process's CPU time per
-call (every thread, from `/proc`) is reported too: it moves far less than the latencies
-when other work competes for the cores.
+would without that, is shown for comparison.
+
+The same bodies also go through a bare forwarder in a third process: the same uvicorn
+configuration in, the same httpx client out, nothing else. What it adds over direct is the
+cost of the two HTTP hops themselves, which grows with the bytes every call carries;
+"added − forwarder" is what contextkeep does on top of them. On Linux each process's CPU
+time per call (every thread, from `/proc`) is reported too: it moves far less than the
+latencies when other work competes for the cores.
 
     pip install -e '.[dev]'
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_proxy.py [--sizes 50,200,500,1000]
@@ -31,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +60,33 @@ settings = ServerSettings(store=store, workspace=workspace, upstream=upstream, m
 uvicorn.Server(uvicorn_config(create_app(settings), "127.0.0.1", int(port), log_level="warning")).run()
 """
 """The proxy's process: `contextkeep serve` (its uvicorn configuration) with the tokenizer named."""
+
+FORWARD = """
+import sys, httpx, uvicorn
+from contextkeep.server.connections import DEFAULT_HEADER_TIMEOUT, head_deadline
+upstream, port = sys.argv[1:3]
+client = httpx.AsyncClient(base_url=upstream.rstrip("/") + "/", timeout=60)
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/health":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    answer = await client.post(scope["path"].removeprefix("/v1/"), content=b"".join(chunks),
+                               headers={"content-type": "application/json"})
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": answer.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.content})
+http = head_deadline(DEFAULT_HEADER_TIMEOUT)  # the proxy's protocol class, as `uvicorn_config` picks it
+uvicorn.Server(uvicorn.Config(app, "127.0.0.1", int(port), http=http, log_level="warning")).run()
+"""
+"""The floor under the proxy: the same two HTTP hops (uvicorn in, httpx out) doing nothing else."""
 
 
 def cheap_count(body: Mapping[str, Any]) -> int:
@@ -117,43 +150,69 @@ def parse_times(memory: ClientMemory, raw: bytes) -> tuple[float, float]:
     return parse, time.perf_counter() - start
 
 
-def measure(client: httpx.Client, upstream: str, proxy: str, pid: int, n: int, calls: int) -> dict[str, Any]:
+@dataclass
+class Target:
+    """One process the bodies go through: its URL and pid, with the latencies and CPU it took."""
+
+    url: str
+    pid: int
+    latency: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    def post(self, client: httpx.Client, raw: bytes, headers: Mapping[str, str]) -> Any:
+        before = cpu_seconds(self.pid)
+        elapsed, reply = timed(client, self.url, raw, headers)
+        after = cpu_seconds(self.pid)
+        self.latency.append(elapsed)
+        if before is not None and after is not None:
+            self.cpu.append(after - before)
+        return reply
+
+
+def median_ms(values: list[float]) -> float | None:
+    return ms(statistics.median(values)) if values else None
+
+
+def measure(
+    client: httpx.Client, upstream: str, proxy: Target, forwarder: Target, n: int, calls: int
+) -> dict[str, Any]:
     messages = history(n)
     conversation = {"x-conversation-id": f"bench-{n}"}
     body = {"model": "bench-model", "messages": messages}
     memory = ClientMemory(conversation["x-conversation-id"])
     first = json.dumps(body).encode()
     parse_times(memory, first)
-    _, reply = timed(client, proxy, first, conversation)  # stores the history
+    _, reply = timed(client, proxy.url, first, conversation)  # stores the history
+    timed(client, forwarder.url, first, {})  # its connection to the upstream, opened untimed
     messages.append(reply["choices"][0]["message"])
     messages.append({"role": "user", "content": tool_output(n)})
-    direct, proxied, parse, whole, cpu = [], [], [], [], []
+    direct, parse, whole = [], [], []
     for step in range(calls):
         raw = json.dumps(body).encode()
         parsed, loaded = parse_times(memory, raw)
         parse.append(parsed)
         whole.append(loaded)
         direct.append(timed(client, upstream, raw, {})[0])
-        before = cpu_seconds(pid)
-        elapsed, reply = timed(client, proxy, raw, conversation)
-        after = cpu_seconds(pid)
-        proxied.append(elapsed)
-        if before is not None and after is not None:
-            cpu.append(after - before)
+        forwarder.post(client, raw, {})
+        reply = proxy.post(client, raw, conversation)
         messages.append(reply["choices"][0]["message"])
         messages.append({"role": "user", "content": tool_output(n + step + 1)})
-    added = [p - d for p, d in zip(proxied, direct, strict=True)]
+    added = [p - d for p, d in zip(proxy.latency, direct, strict=True)]
+    hops = [f - d for f, d in zip(forwarder.latency, direct, strict=True)]
     return {
         "messages": n,
         "body_kb": round(len(json.dumps(body)) / 1024),
         "direct_ms": ms(statistics.median(direct)),
-        "proxy_ms": ms(statistics.median(proxied)),
+        "proxy_ms": ms(statistics.median(proxy.latency)),
         "added_median_ms": ms(statistics.median(added)),
         "added_p90_ms": ms(sorted(added)[int(0.9 * (len(added) - 1))]),
         "parse_ms": ms(statistics.median(parse)),
         "added_minus_parse_ms": ms(statistics.median(a - p for a, p in zip(added, parse, strict=True))),
         "whole_parse_ms": ms(statistics.median(whole)),
-        "proxy_cpu_ms": ms(statistics.median(cpu)) if cpu else None,
+        "hops_ms": ms(statistics.median(hops)),
+        "own_ms": ms(statistics.median(a - h for a, h in zip(added, hops, strict=True))),
+        "proxy_cpu_ms": median_ms(proxy.cpu),
+        "hops_cpu_ms": median_ms(forwarder.cpu),
     }
 
 
@@ -167,7 +226,10 @@ COLUMNS = {
     "parse_ms": "proxy's parse ms",
     "added_minus_parse_ms": "added − parse ms",
     "whole_parse_ms": "orjson, whole body ms",
+    "hops_ms": "bare forwarder added ms",
+    "own_ms": "added − forwarder ms",
     "proxy_cpu_ms": "proxy CPU ms",
+    "hops_cpu_ms": "forwarder CPU ms",
 }
 
 
@@ -178,22 +240,21 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 @contextmanager
-def proxy_process(upstream: str, tmp: Path, store: str | None, port: int = 8791) -> Iterator[tuple[str, int]]:
-    """The proxy in a process of its own (URL, pid) until the block ends (SQLite in `tmp` unless `store`)."""
-    args = [upstream, store or f"sqlite:///{tmp / 'ck.db'}", str(tmp / "ws"), str(port), str(WINDOW)]
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, *args], env=os.environ.copy())
+def serving(script: str, args: list[str], port: int, health: str) -> Iterator[Target]:
+    """`script` in a process of its own, on `port`, until the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                httpx.get(f"{url}/api/health", timeout=1).raise_for_status()
+                httpx.get(url + health, timeout=1).raise_for_status()
                 break
             except httpx.HTTPError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the proxy did not start") from None
+                    raise RuntimeError(f"the process on port {port} did not start") from None
                 time.sleep(0.2)
-        yield url, proc.pid
+        yield Target(f"{url}/v1/chat/completions", proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -203,13 +264,17 @@ def main(sizes: list[int], calls: int, store: str | None) -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         FakeLLMServer(model="bench-model", context_window=WINDOW, counter=cheap_count) as upstream,
-        proxy_process(upstream.base_url, Path(tmp), store) as (proxy, pid),
         httpx.Client(timeout=60) as client,
     ):
+        settings = [upstream.base_url, store or f"sqlite:///{Path(tmp) / 'ck.db'}", f"{tmp}/ws"]
         rows = []
         for n in sizes:
-            direct, proxied = f"{upstream.base_url}/chat/completions", f"{proxy}/v1/chat/completions"
-            row = measure(client, direct, proxied, pid, n, calls)
+            # fresh processes per size, so every size starts from the same heap
+            with (
+                serving(SERVE, [*settings, "8791", str(WINDOW)], 8791, "/api/health") as proxy,
+                serving(FORWARD, [upstream.base_url, "8792"], 8792, "/health") as forwarder,
+            ):
+                row = measure(client, f"{upstream.base_url}/chat/completions", proxy, forwarder, n, calls)
             print(row, flush=True)
             rows.append(row)
     print()
