@@ -13,41 +13,43 @@ from collections.abc import Sequence
 from contextkeep._compaction._words import names_in, said
 from contextkeep._messages import Message
 
-__all__ = ["used_lines"]
+__all__ = ["used_context", "used_lines"]
 
 _MIN_LINE, _MAX_LINE = 8, 240
 
 
-def _worth(item: tuple[str, frozenset[str]], covered: set[str], order: dict[str, int]) -> tuple[float, int]:
-    line, found = item
-    return len(found - covered) / len(line), -order[line]
+def used_context(transcript: Sequence[Message], index: int, span: int) -> Sequence[Message] | None:
+    """The messages whose names a preview of `transcript[index]` keeps: the call before it, it, `span` after.
 
-
-def _used_names(transcript: Sequence[Message], index: int, span: int) -> set[str]:
-    """Names the agent wrote in the call before `transcript[index]` and in the `span` messages after."""
+    `None` until the `span` messages after it exist. The preview is a function of these alone.
+    """
+    if index + 1 + span > len(transcript):
+        return None
     low = index
     while low > 0 and transcript[low - 1].role == "tool":  # results of the same call message
         low -= 1
+    return transcript[max(low - 1, 0) : index + 1 + span]
+
+
+def _used_names(context: Sequence[Message]) -> set[str]:
     names: set[str] = set()
-    for m in transcript[max(low - 1, 0) : index + 1 + span]:
+    for m in context:
         if m.role == "assistant":
             names |= names_in(said(m))
     return names
 
 
-def used_lines(
-    transcript: Sequence[Message], index: int, span: int, budget: int, shown: str
-) -> tuple[str, ...]:
-    """Whole lines of the output at `index` naming what the agent used, in at most `budget` characters.
+def used_lines(output: Message, context: Sequence[Message], budget: int, shown: str) -> tuple[str, ...]:
+    """Whole lines of `output` naming what the agent used, in at most `budget` characters.
 
     Greedy by new names per character; lines `shown` (the head and tail) already holds are skipped.
-    Nothing until the `span` messages after the output exist (the preview must not change later).
+    The names are those of `context` (`used_context`: the preview must not change later).
     """
-    if budget <= 0 or index + 1 + span > len(transcript):
+    if budget <= 0:
         return ()
-    names = _used_names(transcript, index, span)
+    names = _used_names(context)
     candidates: dict[str, frozenset[str]] = {}
-    for raw in transcript[index].text.splitlines():
+    for raw in output.text.splitlines():
         line = raw.strip()
         if _MIN_LINE <= len(line) <= _MAX_LINE and line not in shown and line not in candidates:
             found = frozenset(names_in(line) & names)

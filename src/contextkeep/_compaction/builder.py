@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from contextkeep._compaction._bounds import first_droppable, preamble_end
-from contextkeep._compaction._preview import used_lines
+from contextkeep._compaction._preview import used_context, used_lines
 from contextkeep._compaction.ingest import truncate_tool_result
 from contextkeep._compaction.render import detail_reference, dropped_marker, head_tail, masked_output
 from contextkeep._compaction.state import CompactionState
@@ -67,6 +67,7 @@ class ViewBuilder:
         self._sources: dict[str, Message] = {}
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
         self._savings: dict[tuple[str, object, int], int] = {}
+        self._used_lines: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._derived_for = _derivation(config, window)
         self._token = object()  # lineage: see `contextkeep._lineage`
         self._view = ViewList()
@@ -329,17 +330,29 @@ class ViewBuilder:
             saving = self._savings[key] = int(tokens - tokens * len(preview) / max(len(shown.text), 1))
         return config.mask_min_saving_tokens == 0 or saving >= config.mask_min_saving_tokens
 
-    @staticmethod
     def _used(
-        m: Message, index: int, transcript: Sequence[Message], config: ContextConfig
+        self, m: Message, index: int, transcript: Sequence[Message], config: ContextConfig
     ) -> tuple[str, ...]:
-        """The lines of masked `m` naming what the agent used, when they leave the preview the shorter."""
+        """The lines of masked `m` naming what the agent used, when they leave the preview the shorter.
+
+        Kept per output and the messages around it (every build of a masked view asks again).
+        """
         limit, budget = config.truncated_observation_max_chars, config.mask_used_lines_chars
         if not budget or index >= len(transcript) or transcript[index].key != m.key:
             return ()
-        shown = head_tail(m.text, limit)
-        used = used_lines(transcript, index, config.max_observation_age_rounds, budget, shown)
-        return used if len(masked_output(m.text, limit, _reference(m), used)) < len(m.text) else ()
+        context = used_context(transcript, index, config.max_observation_age_rounds)
+        if context is None:
+            return ()
+        key = (m.key, m.metadata.get(REF_KEY), limit, budget, *(c.key for c in context))
+        used = self._used_lines.get(key)
+        if used is None:
+            if len(self._used_lines) > 16_384:
+                self._used_lines.clear()
+            used = used_lines(m, context, budget, head_tail(m.text, limit))
+            if len(masked_output(m.text, limit, _reference(m), used)) >= len(m.text):
+                used = ()
+            self._used_lines[key] = used
+        return used
 
     def _transform(
         self, m: Message, masked: bool, media: bool, config: ContextConfig, used: Sequence[str] = ()
