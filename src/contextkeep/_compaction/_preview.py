@@ -9,8 +9,11 @@ preview: it is frozen at mask time and the cached prefix holds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress
+from operator import not_
 
-from contextkeep._compaction._words import names_in, said
+from contextkeep._compaction._digest_parts import said_of
+from contextkeep._compaction._words import names_in
 from contextkeep._messages import Message
 
 __all__ = ["used_context", "used_lines"]
@@ -31,12 +34,8 @@ def used_context(transcript: Sequence[Message], index: int, span: int) -> Sequen
     return transcript[max(low - 1, 0) : index + 1 + span]
 
 
-def _used_names(context: Sequence[Message]) -> set[str]:
-    names: set[str] = set()
-    for m in context:
-        if m.role == "assistant":
-            names |= names_in(said(m))
-    return names
+def _used_names(context: Sequence[Message]) -> frozenset[str]:
+    return frozenset().union(*(said_of(m).names for m in context if m.role == "assistant"))
 
 
 def used_lines(output: Message, context: Sequence[Message], budget: int, shown: str) -> tuple[str, ...]:
@@ -49,12 +48,13 @@ def used_lines(output: Message, context: Sequence[Message], budget: int, shown: 
         return ()
     names = _used_names(context)
     candidates: dict[str, frozenset[str]] = {}
-    for raw in output.text.splitlines():
-        line = raw.strip()
-        if _MIN_LINE <= len(line) <= _MAX_LINE and line not in shown and line not in candidates:
-            found = frozenset(names_in(line) & names)
-            if found:
-                candidates[line] = found
+    lines = [line for line in map(str.strip, output.text.splitlines()) if _MIN_LINE <= len(line) <= _MAX_LINE]
+    per_line = list(map(names_in, lines))  # remembered per line
+    # Most lines name nothing the agent used: only the others are looked for in `shown`.
+    used = map(not_, map(names.isdisjoint, per_line))
+    for line, named in compress(zip(lines, per_line, strict=True), used):
+        if line not in candidates and line not in shown:
+            candidates[line] = named & names
     order = {line: n for n, line in enumerate(candidates)}
     covered: set[str] = set()
     chosen: list[str] = []
