@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
+import orjson
+
 __all__ = [
     "ContentPart",
     "FilePart",
@@ -207,12 +209,18 @@ def message_to_dict(m: Message) -> dict[str, Any]:
 
 
 def message_json(m: Message) -> str:
-    """`message_to_dict` as compact JSON (one line).
+    """`message_to_dict` as compact JSON (one line), UTF-8 text unescaped.
 
     Not kept on the message: a history in RAM would hold every message twice (a store that
-    persists JSON serialises each message once, when it is appended).
+    persists JSON serialises each message once, when it is appended). Encoded by orjson (an
+    offload of a pass's dropped rounds is hundreds of KB: about eight times faster); what orjson
+    refuses (integers beyond 64 bits, keys that are not strings, a lone surrogate) by `json`.
     """
-    return json.dumps(message_to_dict(m), ensure_ascii=False, separators=(",", ":"))
+    data = message_to_dict(m)
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def message_from_dict(d: Mapping[str, Any]) -> Message:

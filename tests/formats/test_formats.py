@@ -10,7 +10,7 @@ import pytest
 
 from contextkeep._errors import MessageFormatError
 from contextkeep._formats import from_anthropic, from_openai, from_react, to_anthropic, to_openai, to_react
-from contextkeep._messages import ImagePart, Message, TextPart, ToolCall
+from contextkeep._messages import ImagePart, Message, TextPart, ToolCall, message_from_dict, message_json
 from contextkeep.replay.trajectories import load_trajectories, to_swe_agent
 from support import all_trajectory_files, require_shared
 
@@ -216,3 +216,28 @@ def test_view_conversion_is_cached_but_each_call_gets_its_own_dicts() -> None:
         "content": "done",
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
     }
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if p else "none")
+def test_every_shared_message_survives_its_stored_json(path: Path | None) -> None:
+    path = path or require_shared("trajectories")
+    for trajectory in load_trajectories(path):
+        for m in trajectory.messages:
+            line = message_json(m)
+            assert "\n" not in line  # one line of an offload file
+            assert message_from_dict(json.loads(line)) == m
+
+
+def test_stored_json_keeps_what_orjson_cannot_encode() -> None:
+    m = Message(
+        "assistant",
+        "ünïcode stays text",
+        extra={"seed": 2**70, "score": 9.4528e-05, "nested": {"ids": [1, 2]}},
+        metadata={"trace": [-(2**65)]},
+    )
+    line = message_json(m)
+    assert "ünïcode" in line
+    back = message_from_dict(json.loads(line))
+    assert back == m
+    assert back.extra["seed"] == 2**70
+    assert back.metadata["trace"] == [-(2**65)]
