@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from contextkeep._capabilities import ModelSpec
+from contextkeep._config import ContextConfig
 from contextkeep._events import CompressionCompleted, Event
 from contextkeep._manager import ContextManager
 from contextkeep._messages import Message
@@ -136,6 +137,10 @@ class ContextKeep(Subject):
         "error_threshold": 0.12,
         "target_ratio": 0.05,
     }
+    # Until the pass: nothing compacts while the conversation is rebuilt at the pass's window.
+    QUIET: ClassVar[ContextConfig] = ContextConfig(
+        warning_threshold=0.96, error_threshold=0.97, critical_threshold=0.98
+    )
 
     def __init__(
         self, trajectory: Trajectory, counter: str, factory: Callable[[], PromptCounter], root: Path
@@ -145,16 +150,18 @@ class ContextKeep(Subject):
         self._workspace = LocalWorkspace(root / counter.split(maxsplit=1)[0])  # its own: session ids repeat
         self._stack = contextlib.AsyncExitStack()
         self._opened = 0
-        self._window = HUGE_WINDOW
+        self._fed: list[Message] = []
+        """What `extend` added since `open`."""
         self.session: Session | None = None
         self.completed: list[CompressionCompleted] = []
         """Every compaction's report: where its time went (layers, summariser, offload)."""
 
-    async def open(self, window: int) -> None:
+    async def open(self, window: int, config: ContextConfig | None = None) -> None:
         await self._stack.aclose()
         self._opened += 1
         manager = ContextManager(
             ModelSpec(self.trajectory.model, context_window=window),
+            config=config,
             workspace=self._workspace,
             summarizer=StubSummarizer(),
             fallback_summarizer=StubSummarizer(),
@@ -162,7 +169,7 @@ class ContextKeep(Subject):
         )
         manager.events.subscribe(self._on_completed, "context.compression.completed")
         self.session = await self._stack.enter_async_context(manager.session(f"bench-{self._opened:05d}"))
-        self._window = window
+        self._fed = []
 
     def _on_completed(self, event: Event) -> None:
         assert isinstance(event, CompressionCompleted)
@@ -174,6 +181,7 @@ class ContextKeep(Subject):
 
     async def extend(self, messages: Sequence[Message]) -> None:
         await self._session().add(messages)
+        self._fed.extend(messages)
 
     async def tokens(self) -> int:
         view = await self._session().prepare(tools=self.trajectory.tools)
@@ -183,12 +191,23 @@ class ContextKeep(Subject):
         return self._session().prepare(tools=self.trajectory.tools)
 
     async def resize(self, window: int) -> None:
-        self._window = window
+        """The same conversation as it stands in a session that had `window` from its start.
+
+        A live session compacts at the window it always had: its results were cut to that
+        window's layer-0 limit when they came, its counts are cached and the workspace copies of
+        its tool outputs were written in the background as they came. A pass with a new window
+        instead would re-derive and recount every message first, and one right after the
+        rebuild would wait for every copy.
+        """
+        messages = self._fed
+        await self.open(window, self.QUIET)
+        await self.extend(messages)
+        await self.tokens()
+        await self.idle()
+        await self._session().flush()  # the tool outputs' copies, written long before a live pass
 
     def compact(self) -> Awaitable[Any]:
-        return self._session().compress(
-            tools=self.trajectory.tools, max_context_tokens=self._window, **self.PASS_OVERRIDES
-        )
+        return self._session().compress(tools=self.trajectory.tools, **self.PASS_OVERRIDES)
 
     async def describe(self, result: Any) -> str:
         if result is None:
