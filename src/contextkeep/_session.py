@@ -96,6 +96,7 @@ class Session:
         self._builder = ViewBuilder(self.config, self.counter, deps.hooks, deps.model.context_window)
         if LayerName.MASK in self.config.layers:  # masking will swap previews in: count them ahead
             self.counter.stand_in = self._builder.masked_shadow
+            self.counter.stand_in_settled = self._builder.shadow_settled
         self._ingest = Ingest(
             deps.workspace,
             conversation_id,

@@ -234,6 +234,32 @@ async def test_masked_previews_are_counted_while_the_model_call_is_in_flight(tmp
     assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
 
 
+async def test_previews_keeping_the_lines_the_agent_used_are_counted_ahead_too(tmp_path: Path) -> None:
+    cm, encoded = recording_manager(tmp_path)
+
+    def output(i: int) -> str:
+        filler = [f"filler line {k} " + "x" * 60 for k in range(40)]
+        return "\n".join(
+            [f"HEAD-{i}", *filler[:20], f"error in src/module_{i}.py line 17", *filler[20:], f"TAIL-{i}"]
+        )
+
+    async with cm.session("c") as s:
+        await s.add([SYSTEM, TASK])
+        for i in range(12):  # call by call: a preview's used lines are known once the next calls exist
+            command = f"cat src/module_{i - 1}.py" if i else "ls"
+            await s.add([call(f"c{i}", command), result(f"c{i}", output(i))])
+            await s.prepare()
+            await asyncio.sleep(0)  # the model call: the previews settled since are counted meanwhile
+        encoded.clear()
+        outcome = await s.compress(
+            warning_threshold=0.01, target_ratio=0.005, layers=("L1",), mask_min_saving_tokens=0
+        )
+    assert outcome is not None and [x.compact_layer for x in outcome.statuses] == ["L1"]
+    previews = [m.text for m in outcome.view if "[Full detail available at:" in m.text]
+    assert len(previews) == 7 and all(f"error in src/module_{i}.py" in t for i, t in enumerate(previews))
+    assert not any("[Full detail available at:" in t for t in encoded)  # the pass found them counted
+
+
 async def test_the_models_response_is_counted_while_its_tools_run(tmp_path: Path) -> None:
     cm, encoded = recording_manager(tmp_path)
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

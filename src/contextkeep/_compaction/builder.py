@@ -64,7 +64,10 @@ class ViewBuilder:
         self._varying: list[int] = []
         """Positions in `_shown` of the messages the boundaries act on (long tool outputs, media)."""
         self._derived: dict[tuple[str, object, bool, bool, tuple[str, ...]], Message] = {}
-        self._sources: dict[str, Message] = {}
+        self._sources: dict[str, tuple[Message, int]] = {}
+        """Key of each shown long tool output -> its transcript message and index (`masked_shadow`)."""
+        self._transcript: Sequence[Message] = ()
+        """The transcript last built from (a session's, which only grows)."""
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
         self._savings: dict[tuple[str, object, int], int] = {}
         self._used_lines: dict[tuple[object, ...], tuple[str, ...]] = {}
@@ -214,6 +217,7 @@ class ViewBuilder:
     ) -> tuple[list[Message], int]:
         """The shown messages (kept: callers copy what they hand out), and where the body starts in them."""
         self._forget_if_reconfigured(config)
+        self._transcript = transcript
         base = preamble_end(rounds)
         start = max(state.cut, first_droppable(rounds, config.pin_first_user)) if state.cut else base
         marks = (state.mask_boundary, max(state.mask_boundary, state.image_boundary))
@@ -271,10 +275,24 @@ class ViewBuilder:
         """The masked form of a tool output the view shows verbatim now (None for anything else).
 
         The token counter's `warm` counts it in the framing context its message was counted in,
-        so the compaction pass that masks the message finds its count cached.
+        so the compaction pass that masks the message finds its count cached (and its used lines).
         """
-        source = self._sources.get(shown.key)
-        return None if source is None else self._derive(source, 0, _MASK_ALL, shadow=True)
+        found = self._sources.get(shown.key)
+        if found is None:
+            return None
+        source, index = found
+        return self._derive(source, index, _MASK_ALL, transcript=self._transcript, shadow=True)
+
+    def shadow_settled(self, shown: Message) -> bool:
+        """Whether `masked_shadow(shown)` is final: a preview's used lines wait for the messages after it."""
+        found = self._sources.get(shown.key)
+        if found is None or not self.config.mask_used_lines_chars:
+            return True
+        source, index = found
+        transcript = self._transcript
+        if index >= len(transcript) or transcript[index].key != source.key:
+            return True  # not in the transcript built from: no used lines
+        return used_context(transcript, index, self.config.max_observation_age_rounds) is not None
 
     def _derive(
         self,
@@ -299,15 +317,16 @@ class ViewBuilder:
         media = index < max(state.mask_boundary, state.image_boundary) and bool(m.media)
         used = self._used(m, index, transcript, config) if masked and transcript else ()
         key = (m.key, m.metadata.get(REF_KEY), masked, media, used)
-        cached = self._derived.get(key)
+        cached = fresh = self._derived.get(key)
         if cached is None:
             if len(self._derived) > 16_384:
                 self._derived.clear()
                 self._sources.clear()
                 self._savings.clear()
             cached = self._derived[key] = self._transform(m, masked, media, config, used)
-            if not masked and self._maskable(m, config):
-                self._sources[cached.key] = m
+        # A build knows the index (an ingest may not: a batch is derived before it is appended).
+        if not masked and (fresh is None or transcript) and self._maskable(m, config):
+            self._sources[cached.key] = (m, index)
         return cached if cached.id == m.id else cached.with_id(m.id)
 
     @staticmethod

@@ -110,6 +110,10 @@ class PromptCounter:
         """What a later view may show in place of a message (its masked preview, framed alike: same
         role and tool calls). `warm` counts it in the context its message was counted in, so a
         compaction pass finds the count cached."""
+        self.stand_in_settled: Callable[[Message], bool] | None = None
+        """Whether `stand_in(message)` is final (None: always). One that depends on messages not
+        added yet (a preview keeping the lines the agent's next calls name) is counted again by
+        each later `warm` until it is."""
         self._cache: OrderedDict[tuple[str, Hashable, bool], int] = OrderedDict()
         self._unwarmed: list[tuple[Message, Hashable, bool]] = []
         self._stands_for: dict[str, str] = {}
@@ -334,15 +338,22 @@ class PromptCounter:
 
         Off the hot path: a session schedules it after preparing a view, so it runs while the
         model call is in flight. Counts are pure, so when it runs changes nothing but speed.
+        A message whose stand-in is not settled yet stays for the next call.
         """
         pending, self._unwarmed = self._unwarmed, []
-        for message, context, in_last_turn in pending:
+        settled = self.stand_in_settled
+        later = []
+        for item in pending:
+            message, context, in_last_turn = item
             other = self.stand_in(message) if self.stand_in is not None else None
             if other is not None and other.key != message.key:
                 self._message(other, context, in_last_turn)
                 if len(self._stands_for) >= self._cache_size:
                     self._stands_for.clear()
                 self._stands_for[other.key] = message.key
+            if settled is not None and not settled(message):
+                later.append(item)
+        self._unwarmed[:0] = later
 
 
 def _before(prompt: _Prompt, j: int) -> FoldState:
