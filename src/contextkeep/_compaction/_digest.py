@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import add, itemgetter, lt, mul, neg, not_, truediv
 
 from contextkeep._compaction._digest_parts import Tally, Window, candidates, said_of, window_of
@@ -104,18 +104,25 @@ def _weights(transcript: Sequence[Message], end: int, window: Window) -> tuple[d
     those that are not plain words. Worked out with `map` over the names, thousands per pass.
     """
     other, plain = window.names, window.plain
+    every = other | plain
     agent: dict[str, float] = {}
     replies = [m for m in transcript if m.role == "assistant"]
     for age, m in enumerate(reversed(replies)):
-        decay = 0.5 ** (age / _HALF_LIFE)
-        names = said_of(m).names
-        for n in chain(names & other, names & plain):
-            agent[n] = min(agent.get(n, 0.0) + decay, 2.0)
+        names = said_of(m).names & every
+        agent.update(
+            zip(
+                names,
+                map(add, map(agent.get, names, repeat(0.0)), repeat(0.5 ** (age / _HALF_LIFE))),
+                strict=True,
+            )
+        )
+    # Capped once at the end: the same as capping each sum, every decay being positive.
+    agent = {n: min(w, 2.0) for n, w in agent.items()}
     spread = _SPREAD_TALLY.over(transcript)
     recur = _RECUR_TALLY.over(transcript[:end])
     # Only what the agent said stays verbatim while the digest does: old outputs get masked.
     shown = frozenset().union(*(said_of(m).names for m in transcript[end:] if m.role == "assistant"))
-    weights = dict.fromkeys(other | plain, 0.0)
+    weights = dict.fromkeys(every, 0.0)
     total = len(transcript)
     for group, base, factor in ((other, _BASE, 1.0), (plain, 0.0, _PLAIN)):
         found = list((group & agent.keys()) | (group & recur.keys()))  # the others are worth nothing
