@@ -14,9 +14,11 @@ from operator import not_
 
 from contextkeep._compaction._digest_parts import said_of
 from contextkeep._compaction._words import names_in
+from contextkeep._compaction.render import head_tail, masked_output
+from contextkeep._config import ContextConfig
 from contextkeep._messages import Message
 
-__all__ = ["used_context", "used_lines"]
+__all__ = ["UsedLines", "used_context", "used_lines"]
 
 _MIN_LINE, _MAX_LINE = 8, 240
 
@@ -73,3 +75,57 @@ def used_lines(output: Message, context: Sequence[Message], budget: int, shown: 
         covered |= found
         budget -= len(line) + 1
     return tuple(sorted(chosen, key=order.__getitem__))
+
+
+class UsedLines:
+    """The used lines of each masked output, kept per output and the messages around it.
+
+    Every build of a masked view asks again, and counting ahead asks before a pass does.
+    """
+
+    def __init__(self, size: int = 16_384) -> None:
+        self._kept: dict[tuple[object, ...], tuple[str, ...]] = {}
+        self._size = size
+
+    def of(
+        self, m: Message, index: int, transcript: Sequence[Message], config: ContextConfig, reference: str
+    ) -> tuple[str, ...]:
+        """The lines of `m` (masked, at `transcript[index]`) naming what the agent used.
+
+        Only when they leave the preview (with `reference`) shorter than `m`; none until the
+        messages after `m` exist (`settled`).
+        """
+        context = _context(m, index, transcript, config)
+        if context is None:
+            return ()
+        limit, budget = config.truncated_observation_max_chars, config.mask_used_lines_chars
+        key = (m.key, reference, limit, budget, *(c.key for c in context))
+        used = self._kept.get(key)
+        if used is None:
+            if len(self._kept) > self._size:
+                self._kept.clear()
+            used = used_lines(m, context, budget, head_tail(m.text, limit))
+            if len(masked_output(m.text, limit, reference, used)) >= len(m.text):
+                used = ()
+            self._kept[key] = used
+        return used
+
+    @staticmethod
+    def settled(m: Message, index: int, transcript: Sequence[Message], config: ContextConfig) -> bool:
+        """Whether `of` is final for `m`: not while the messages after it are still to come."""
+        return (
+            not _applies(m, index, transcript, config) or _context(m, index, transcript, config) is not None
+        )
+
+
+def _applies(m: Message, index: int, transcript: Sequence[Message], config: ContextConfig) -> bool:
+    """Whether `m` keeps used lines at all: they are on, and `m` is `transcript[index]`."""
+    return bool(config.mask_used_lines_chars) and index < len(transcript) and transcript[index].key == m.key
+
+
+def _context(
+    m: Message, index: int, transcript: Sequence[Message], config: ContextConfig
+) -> Sequence[Message] | None:
+    if not _applies(m, index, transcript, config):
+        return None
+    return used_context(transcript, index, config.max_observation_age_rounds)

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from contextkeep._compaction._bounds import first_droppable, preamble_end
-from contextkeep._compaction._preview import used_context, used_lines
+from contextkeep._compaction._preview import UsedLines
 from contextkeep._compaction.ingest import truncate_tool_result
-from contextkeep._compaction.render import detail_reference, dropped_marker, head_tail, masked_output
+from contextkeep._compaction.render import detail_reference, dropped_marker, masked_output
 from contextkeep._compaction.state import CompactionState
 from contextkeep._compaction.system_prompt import SystemPrompt, SystemPromptHook, default_progress_hook
 from contextkeep._config import ContextConfig
@@ -70,7 +70,7 @@ class ViewBuilder:
         """The transcript last built from (a session's, which only grows)."""
         self._heads: dict[tuple[str, str | None, object, str], Message] = {}
         self._savings: dict[tuple[str, object, int], int] = {}
-        self._used_lines: dict[tuple[object, ...], tuple[str, ...]] = {}
+        self._used_lines = UsedLines()
         self._derived_for = _derivation(config, window)
         self._token = object()  # lineage: see `contextkeep._lineage`
         self._view = ViewList()
@@ -286,13 +286,10 @@ class ViewBuilder:
     def shadow_settled(self, shown: Message) -> bool:
         """Whether `masked_shadow(shown)` is final: a preview's used lines wait for the messages after it."""
         found = self._sources.get(shown.key)
-        if found is None or not self.config.mask_used_lines_chars:
+        if found is None:
             return True
         source, index = found
-        transcript = self._transcript
-        if index >= len(transcript) or transcript[index].key != source.key:
-            return True  # not in the transcript built from: no used lines
-        return used_context(transcript, index, self.config.max_observation_age_rounds) is not None
+        return self._used_lines.settled(source, index, self._transcript, self.config)
 
     def _derive(
         self,
@@ -315,9 +312,12 @@ class ViewBuilder:
             self._pays(m, config) or (shadow and self._maskable(m, config))
         )
         media = index < max(state.mask_boundary, state.image_boundary) and bool(m.media)
-        used = self._used(m, index, transcript, config) if masked and transcript else ()
+        used = (
+            self._used_lines.of(m, index, transcript, config, _reference(m)) if masked and transcript else ()
+        )
         key = (m.key, m.metadata.get(REF_KEY), masked, media, used)
-        cached = fresh = self._derived.get(key)
+        cached = self._derived.get(key)
+        missed = cached is None
         if cached is None:
             if len(self._derived) > 16_384:
                 self._derived.clear()
@@ -325,7 +325,7 @@ class ViewBuilder:
                 self._savings.clear()
             cached = self._derived[key] = self._transform(m, masked, media, config, used)
         # A build knows the index (an ingest may not: a batch is derived before it is appended).
-        if not masked and (fresh is None or transcript) and self._maskable(m, config):
+        if not masked and (missed or transcript) and self._maskable(m, config):
             self._sources[cached.key] = (m, index)
         return cached if cached.id == m.id else cached.with_id(m.id)
 
@@ -348,30 +348,6 @@ class ViewBuilder:
             tokens = self.counter.count_text(shown.text) if counted is None else counted
             saving = self._savings[key] = int(tokens - tokens * len(preview) / max(len(shown.text), 1))
         return config.mask_min_saving_tokens == 0 or saving >= config.mask_min_saving_tokens
-
-    def _used(
-        self, m: Message, index: int, transcript: Sequence[Message], config: ContextConfig
-    ) -> tuple[str, ...]:
-        """The lines of masked `m` naming what the agent used, when they leave the preview the shorter.
-
-        Kept per output and the messages around it (every build of a masked view asks again).
-        """
-        limit, budget = config.truncated_observation_max_chars, config.mask_used_lines_chars
-        if not budget or index >= len(transcript) or transcript[index].key != m.key:
-            return ()
-        context = used_context(transcript, index, config.max_observation_age_rounds)
-        if context is None:
-            return ()
-        key = (m.key, m.metadata.get(REF_KEY), limit, budget, *(c.key for c in context))
-        used = self._used_lines.get(key)
-        if used is None:
-            if len(self._used_lines) > 16_384:
-                self._used_lines.clear()
-            used = used_lines(m, context, budget, head_tail(m.text, limit))
-            if len(masked_output(m.text, limit, _reference(m), used)) >= len(m.text):
-                used = ()
-            self._used_lines[key] = used
-        return used
 
     def _transform(
         self, m: Message, masked: bool, media: bool, config: ContextConfig, used: Sequence[str] = ()
