@@ -17,7 +17,11 @@ Replays the longest shared trajectory (mini-swe-agent django__django-14997, ~260
 2. **One compaction pass** at late calls: the conversation is rebuilt up to the call, checked
    once and the loop idles (warm caches, as in a live session), then the window is set so the
    prompt sits at 85% of it (each library measured with its own counter) and one pass is timed.
-   Median over the last tenth of the calls x `--repeat`.
+   contextkeep's conversation is rebuilt, untimed, in a session that has that window from its
+   start, as a live one would (layer 0 applied and counts cached as messages came, the tool
+   outputs' workspace copies written). Median over the last tenth of the calls x `--repeat`,
+   as wall time and as the process's CPU time; the same at the calls of up to
+   `--pass-messages` (150) messages.
    - contextkeep: `await session.compress(...)` with thresholds lowered so that L1 (masking),
      L2 (dropping) and L3 (summary) all run; offloads go to a `LocalWorkspace` in a temp dir
      (one durable append per pass). `layers ms` is the same pass without waiting for the
