@@ -108,6 +108,8 @@ class ClientMemory:
     _raw: list[Any] = field(default_factory=list)
     _body: bytes = b""
     _span: Span | None = None
+    _checked: tuple[bytes, Span | None] | None = None
+    """The body last compared with the last body, and what that found (until `convert` moves on)."""
     _messages: list[Message] = field(default_factory=list)
     _reply: _Reply | None = None
     _keyed: OrderedDict[str, Mapping[str, Any]] = field(default_factory=OrderedDict)
@@ -137,7 +139,7 @@ class ClientMemory:
     def _unseen(self, body: bytes) -> tuple[bytes, int] | None:
         """`body` without the messages of the last body (`without_repeated`), and how many are new."""
         last = self._span
-        span = extended_span(body, self._body, last) if last is not None and last.size else None
+        span = self._extended(body, last) if last is not None and last.size else None
         if span is None or last is None or span.size == last.size:
             return None
         rest = without_repeated(body, span, last)
@@ -151,7 +153,7 @@ class ClientMemory:
         `MessageFormatError` (naming the message's index) like `from_openai`.
         """
         last = self._span
-        span = extended_span(body, self._body, last) if body is not None and last is not None else None
+        span = self._extended(body, last) if body is not None and last is not None else None
         if span is not None and last is not None and span.size == len(raw):
             shared = last.size
         else:
@@ -167,7 +169,16 @@ class ClientMemory:
         self._raw, self._messages = raw, messages
         known = span is not None and span.size == len(raw)
         self._body, self._span = (body or b"", span) if known else (b"", None)
+        self._checked = None
         return messages
+
+    def _extended(self, body: bytes, last: Span) -> Span | None:
+        """`extended_span` of `body` after the last body (at `last`): compared once per body."""
+        if self._checked is not None and self._checked[0] is body:  # `parsed` compared it already
+            return self._checked[1]
+        span = extended_span(body, self._body, last)
+        self._checked = (body, span)
+        return span
 
     def keyed(self, key: str | None) -> Mapping[str, Any] | None:
         """The response already sent for idempotency key `key`."""
