@@ -189,14 +189,18 @@ async def memory_of_replay(subject: Subject, calls: Sequence[int]) -> tuple[floa
     return peak / 2**20, current / 2**20
 
 
-async def profile(subject: Subject, calls: Sequence[int], top: int) -> str:
-    """cProfile of the timed steps only: every `check` of one replay, then the late passes."""
+async def profile(subject: Subject, calls: Sequence[int], mid: Sequence[int], top: int) -> str:
+    """cProfile of the timed steps only: every `check` of one replay, then the late and the `mid` passes."""
     out = io.StringIO()
     for label, run in (
         ("prepare() over one replay (all calls)", lambda: replay_per_call(subject, calls, 1)),
         (
             "compress() passes at late calls",
             lambda: compaction_passes(subject, calls[-len(calls) // 10 :], 1),
+        ),
+        (
+            f"compress() passes at calls of up to {max(mid, default=0)} messages",
+            lambda: compaction_passes(subject, mid, 1),
         ),
     ):
         PROFILER.append(cProfile.Profile())
@@ -274,6 +278,7 @@ async def main_async(args: argparse.Namespace) -> None:
         trajectory = lengthened(trajectory, args.messages)
     calls = calls_of(trajectory)
     tenth = max(len(calls) // 10, 1)
+    mid = [c for c in calls if c <= args.pass_messages][-tenth:]
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
         found, notes = subjects(trajectory, Path(tmp))
         rows = []
@@ -287,7 +292,6 @@ async def main_async(args: argparse.Namespace) -> None:
                 else await compaction_passes(subject, calls[-tenth:], args.repeat)
             )
             late_completed = list(completed)
-            mid = [c for c in calls if c <= args.pass_messages][-tenth:]
             mid_passes = (
                 await compaction_passes(subject, mid, args.repeat)
                 if isinstance(subject, ContextKeep) and not args.calls_only and mid
@@ -308,7 +312,7 @@ async def main_async(args: argparse.Namespace) -> None:
             )
         memory = await memory_of_replay(found[0], calls)
         profiles = (
-            [await profile(s, calls, args.top) for s in found if isinstance(s, ContextKeep)]
+            [await profile(s, calls, mid, args.top) for s in found if isinstance(s, ContextKeep)]
             if args.profile
             else []
         )
