@@ -124,7 +124,7 @@ def test_counts_stay_exact_when_the_memos_start_over(
     tokenizer_json: Path, reference: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("contextkeep._tokens._pieces._MAX_PIECES", 8)
-    monkeypatch.setattr("contextkeep._tokens._pieces._MAX_LINES", 8)
+    monkeypatch.setattr("contextkeep._tokens.encoders._MAX_SHORT", 8)
     encoder = HFEncoder(tokenizer_json)
     texts = [f"step {i}: ran `pytest -k case_{i}` -> {i * 7} passed, 0 failed\n" * 3 for i in range(40)]
     lines = [line for t in texts for line in t.splitlines()]  # short texts: remembered whole

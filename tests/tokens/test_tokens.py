@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import tiktoken
 
 from contextkeep._errors import ConfigError, TokenizerError
 from contextkeep._messages import Message, ToolCall
@@ -174,6 +175,16 @@ def test_special_token_strings_in_openai_content_count_as_text() -> None:
     # OpenAI encodes "<|endoftext|>" typed into a message as ordinary text, never as the special token.
     encoder = TiktokenEncoder("o200k_base")
     assert encoder.count("<|endoftext|>") > 1  # the special token would be one
+
+
+def test_short_texts_counted_again_count_the_same_when_the_memo_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("contextkeep._tokens.encoders._MAX_SHORT", 8)
+    encoder, reference = TiktokenEncoder("o200k_base"), tiktoken.get_encoding("o200k_base")
+    lines = [f"{i}: assert total({i * 7}) == {i}  # <|endoftext|>" for i in range(20)] + ["x" * 300]
+    expected = [len(reference.encode_ordinary(line)) for line in lines]
+    assert [encoder.count(line) for line in lines * 3] == expected * 3
 
 
 def test_openai_framing_counts_roles_names_calls_and_tools() -> None:

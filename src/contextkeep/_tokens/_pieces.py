@@ -28,10 +28,6 @@ _MAX_PIECES = 200_000
 _PART_CHARS = 64
 """The longest part whose count is remembered: a longer one is rarely met again, and one regex
 call over it costs little per character."""
-_LINE_CHARS = 256
-_MAX_LINES = 1 << 15
-"""Short texts (a line: compaction's digest and previews count the same lines on every pass)
-whose count is remembered whole, and how many before that memo starts over."""
 
 
 @lru_cache(maxsize=1)
@@ -70,8 +66,6 @@ class PieceCounter:
         """Tokens per piece (what the BPE model encodes)."""
         self._parts: dict[str, int] = {}
         """Tokens per short part (what the isolating splits leave), the sum of its pieces'."""
-        self._lines: dict[str, int] = {}
-        """Tokens per short text, as counted whole."""
         raw, normalized = added
         self._raw = _AddedTokens(raw) if raw else None
         """Added tokens matched in the text as given."""
@@ -81,19 +75,6 @@ class PieceCounter:
 
     def count(self, text: str) -> int | None:
         """Tokens of `text`, or None when `tokenizers` must count it."""
-        if len(text) > _LINE_CHARS:
-            return self._split_count(text)
-        lines = self._lines
-        n = lines.get(text)
-        if n is None:
-            n = self._split_count(text)
-            if n is not None:
-                if len(lines) >= _MAX_LINES:
-                    lines.clear()
-                lines[text] = n
-        return n
-
-    def _split_count(self, text: str) -> int | None:
         if outside_verified(text):
             return None
         # As `tokenizers` does: added tokens out of the raw text, then each segment normalized,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
@@ -51,6 +52,34 @@ class Encoder(Protocol):
         ...
 
 
+_SHORT_CHARS = 256
+_MAX_SHORT = 1 << 15
+
+
+class _ShortTexts:
+    """Counts of short texts (up to `_SHORT_CHARS`: a line), remembered whole.
+
+    Compaction counts the same lines on every pass (the digest's candidates, the lines a preview
+    keeps); a tokenizer encodes each once. Past `_MAX_SHORT` texts the memo starts over.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str, count: Callable[[str], int]) -> int:
+        if len(text) > _SHORT_CHARS:
+            return count(text)
+        counts = self._counts
+        n = counts.get(text)
+        if n is None:
+            if len(counts) >= _MAX_SHORT:
+                counts.clear()
+            n = counts[text] = count(text)
+        return n
+
+
 # Families on o200k_base; everything else OpenAI-made that we know of uses cl100k_base.
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 
@@ -82,6 +111,7 @@ class TiktokenEncoder:
     def __init__(self, encoding: str = "o200k_base") -> None:
         self._enc = _tiktoken_encoding(encoding)
         self.name = f"tiktoken:{encoding}"
+        self._short = _ShortTexts()
 
     @classmethod
     def for_model(cls, model: str) -> TiktokenEncoder:
@@ -90,6 +120,9 @@ class TiktokenEncoder:
 
     def count(self, text: str) -> int:
         """Tokens in `text`, special tokens read as ordinary text."""
+        return self._short.count(text, self._encode)
+
+    def _encode(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))  # type: ignore[attr-defined]
 
 
@@ -107,6 +140,7 @@ class HFEncoder:
             raise TokenizerError(f"cannot load tokenizer.json from {os.fspath(path)!r}: {exc}") from exc
         self.name = f"hf:{os.path.basename(os.fspath(path))}"
         self._pieces = piece_counter(self._tok)
+        self._short = _ShortTexts()
 
     @property
     def splits_natively(self) -> bool:
@@ -115,6 +149,9 @@ class HFEncoder:
 
     def count(self, text: str) -> int:
         """Tokens in `text`: the native pre-tokenizer when it can follow the pipeline, else `tokenizers`."""
+        return self._short.count(text, self._encode)
+
+    def _encode(self, text: str) -> int:
         if self._pieces is not None:
             n = self._pieces.count(text)
             if n is not None:
