@@ -42,6 +42,9 @@ def test_the_id_follows_the_stable_head_only():
     assert derived_conversation_id(base[1:], SYSTEM) == first
     assert derived_conversation_id([base[0], {"role": "user", "content": "Another task."}]) != first
     assert derived_conversation_id(base[:1]) is None  # no user message: nothing stable to name
+    # A role that is no string (any JSON may be posted) is no system message: no error either.
+    odd = [{"role": ["system"], "content": SYSTEM}, {"role": {"x": 1}}, base[1]]
+    assert derived_conversation_id(odd) == derived_conversation_id(base[1:])
 
 
 def posted(body: bytes) -> Request:

@@ -62,11 +62,12 @@ def derived_conversation_id(messages: Iterable[Any], system: Any = None) -> str 
     for m in messages:
         if not isinstance(m, dict):
             return None
-        if m.get("role") == "user":
+        role = m.get("role")
+        if role == "user":
             head.append(_blocks(m.get("content")))
             digest = hashlib.sha256(json.dumps(head, sort_keys=True, ensure_ascii=False).encode())
             return _PREFIX + digest.hexdigest()[:16]
-        if m.get("role") in _SYSTEM_ROLES:
+        if isinstance(role, str) and role in _SYSTEM_ROLES:  # any JSON may come: a list is no role
             head.append(_blocks(m.get("content")))
     return None
 
