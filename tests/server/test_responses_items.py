@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from contextkeep._errors import MessageFormatError
 from contextkeep._formats.openai import from_openai
 from contextkeep._formats.responses_items import history, view_items
 
@@ -60,3 +63,16 @@ def test_what_compaction_changed_is_restated_and_the_rest_kept():
     said = {"type": "message", "role": "assistant", "content": "On it."}
     call = {k: v for k, v in CALL.items() if k != "id"}  # an item id is refused without its reasoning item
     assert items == [SEARCH, said, call]
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ({"role": "user", "content": [{"text": "a"}]}, "a content part needs a string type"),
+        ({"role": "user", "content": [{"type": ["input_text"], "text": "a"}]}, "string type"),
+        ({"type": "message", "role": ["user"], "content": "a"}, r"unsupported message role \['user'\]"),
+    ],
+)
+def test_items_of_the_wrong_shape_raise_a_typed_error_naming_it(item: Any, says: str) -> None:
+    with pytest.raises(MessageFormatError, match=says):
+        history([item])

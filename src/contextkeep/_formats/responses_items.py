@@ -51,6 +51,8 @@ def history(items: str | Sequence[Any], instructions: str | None = None) -> list
         if not isinstance(item, Mapping):
             raise MessageFormatError(_FORMAT, "an input item must be an object", index=index)
         kind, role = item.get("type", "message"), item.get("role")
+        if role is not None and not isinstance(role, str):
+            raise MessageFormatError(_FORMAT, f"unsupported message role {role!r}", index=index)
         ends = (kind == "message" and role in _TURN_ENDS) or _is_output(item)
         if not ends:
             turn.append(item)
@@ -137,7 +139,10 @@ def _content(content: Any, index: int) -> Any:
     for part in content:
         if not isinstance(part, Mapping):
             raise MessageFormatError(_FORMAT, "a content part must be an object", index=index)
-        if part.get("type") in _TEXT_PARTS:
+        kind = part.get("type")
+        if not isinstance(kind, str):
+            raise MessageFormatError(_FORMAT, "a content part needs a string type", index=index)
+        if kind in _TEXT_PARTS:
             parts.append({"type": "text", "text": str(part.get("text", part.get("refusal", "")))})
         else:
             parts.append(dict(part))  # an image or file part: sent back as it came
