@@ -89,11 +89,13 @@ class ContextConfig(BaseModel):
     """Ratio of the critical state."""
     overflow_threshold: float = 1.0
     """Ratio of the overflow state."""
-    target_ratio: float = Field(default=0.35, gt=0, lt=1)
+    target_ratio: float = Field(default=0.25, gt=0, lt=1)
     """Hysteresis: once triggered, compaction goes on until the view is at or below this ratio.
 
     Deep, rare passes: a pass rewrites the view after its first change at the cache-write price; at
     DeepSeek's prices one from 0.70 down to 0.35 repays that in about three calls, one to 0.55 in ten.
+    Below about 0.3 the keep floor (`min_keep_tokens_max_ratio`) and the digest bound how deep a
+    pass goes.
     """
 
     # Layers (DB-GPT layer semantics).
@@ -121,19 +123,22 @@ class ContextConfig(BaseModel):
     preview is the same whenever it is built again (the cached prefix holds); a preview that would
     not be shorter than the output leaves them out. On the DeepSeek replays it keeps 0.976 of the
     reused terms in view instead of 0.972, at a slightly lower cost."""
-    drop_digest_tokens: int = Field(default=2_500, ge=0)
+    drop_digest_tokens: int = Field(default=4_000, ge=0)
     """Tokens of the working-set digest shown with the dropped-rounds marker of layer 2 (0: marker only).
 
     Verbatim and model-free: the agent's commands from the dropped rounds, each with its output's
-    reference, then the lines of their outputs and of the agent's code that name most of what the
-    agent used. Made when the rounds are dropped, unchanged until the next drop (no extra cache
-    breaks); at most a tenth of the budget (a bigger one would soon refill a small window). On the
-    DeepSeek replays it keeps 0.976 of the reused terms in view (0.960 with their context) instead
-    of 0.897 (0.884), at a lower cost: the rounds dropped to make room for it were worth less."""
+    reference, then the lines of their outputs, of the agent's notes and of its code that name most
+    of what the agent used. Made when the rounds are dropped, unchanged until the next drop (no
+    extra cache breaks); at most 16 % of the budget (a bigger one would soon refill a small window).
+    On the DeepSeek replays it keeps 0.980 of the reused terms in view (0.976 with their context)
+    instead of 0.900 (0.893), at a lower cost: the rounds dropped to make room for it were worth less."""
     min_keep_tokens: int = Field(default=10_000, ge=0)
     """Layer 2 keeps at least this many tokens of the newest rounds (when they exist)."""
-    min_keep_tokens_max_ratio: float = Field(default=0.15, gt=0, le=1)
-    """Caps `min_keep_tokens` at this share of the effective budget, so small windows still compact."""
+    min_keep_tokens_max_ratio: float = Field(default=0.10, gt=0, le=1)
+    """Caps `min_keep_tokens` at this share of the effective budget, so small windows still compact.
+
+    What a pass keeps of the newest rounds beyond `min_keep_recent_rounds`: a low floor drops
+    deeper (fewer passes, so fewer cache breaks), the digest keeping what the dropped rounds held."""
     max_image_num: int = Field(default=4, ge=0)
     """Images kept inline; older ones are replaced by their reference."""
     pin_first_user: bool = True

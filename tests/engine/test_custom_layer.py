@@ -68,7 +68,8 @@ def test_the_layer_meets_the_protocol() -> None:
 
 
 async def test_a_registered_layer_runs_by_config_and_shows_in_events_and_records(tmp_path: Path) -> None:
-    cm = manager(tmp_path, 4000, layers=LAYERS, tool_result_limit_max_ratio=None)
+    # A target the layer reaches alone: this is about the layer, not how deep the default target goes.
+    cm = manager(tmp_path, 4000, layers=LAYERS, tool_result_limit_max_ratio=None, target_ratio=0.35)
     events: list[Event] = []
     cm.events.subscribe(events.append)
     async with cm.session("c") as s:

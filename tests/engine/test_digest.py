@@ -110,6 +110,26 @@ def test_a_line_that_is_little_more_than_a_name_comes_with_the_line_above_it() -
     assert "with open('src/app.py', 'w') as f:\nf.write(content)" in text
 
 
+def test_what_the_agent_noted_in_its_own_words_is_kept_in_pieces_cut_after_its_sentences() -> None:
+    # The agent's findings are in its prose, not in its commands: a long paragraph is cut after its
+    # sentences and clauses, and the pieces naming what the agent goes on to use are kept verbatim.
+    note = (
+        "Interesting: the failure is not in the parser. "
+        "Look at line 214 of src/schema.py, where `columns = [col.target.column for col in cols]` "
+        "builds the list that `_remake_table` later joins into the index SQL. "
+        + "That alone does not explain the ordering issue we saw in the earlier output. "
+        * 3
+    )
+    history = [SYSTEM, TASK, {"role": "assistant", "content": note}]
+    history += [call("c0", "cat src/schema.py"), result("c0", FILLER)]
+    history.append({"role": "assistant", "content": "So _remake_table and col.target.column it is."})
+    lines = _digest(history).splitlines()
+    assert len(note) > 240  # too long to be one candidate line
+    kept = [line for line in lines if line in note]
+    assert any("Look at line 214 of src/schema.py," in line for line in kept)
+    assert any("`columns = [col.target.column for col in cols]` builds" in line for line in kept)
+
+
 def test_calls_to_several_tools_name_the_tool() -> None:
     def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         function = {"name": name, "arguments": json.dumps(arguments)}

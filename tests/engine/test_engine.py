@@ -115,12 +115,12 @@ async def test_l2_drops_whole_rounds_keeps_the_task_and_leaves_a_marker(tmp_path
     marker = view.neutral[2].text
     assert marker.startswith("[contextkeep: ") and "were removed from this view" in marker
     assert marker == snapshot(
-        "[contextkeep: 21 earlier round(s), messages m000002 to m000043, were removed from this view to save "
-        "context. [Full detail available at: sessions/c/context.jsonl#m000002..m000043]]"
+        "[contextkeep: 24 earlier round(s), messages m000002 to m000049, were removed from this view to save "
+        "context. [Full detail available at: sessions/c/context.jsonl#m000002..m000049]]"
     )
-    assert view.neutral[3].tool_calls[0].id == "c21"  # the first kept round follows the dropped ones
-    dropped = await cm.workspace.read("sessions/c/context.jsonl#m000002..m000043")
-    assert [json.loads(line)["id"] for line in dropped.splitlines()] == [f"m{i:06d}" for i in range(2, 44)]
+    assert view.neutral[3].tool_calls[0].id == "c24"  # the first kept round follows the dropped ones
+    dropped = await cm.workspace.read("sessions/c/context.jsonl#m000002..m000049")
+    assert [json.loads(line)["id"] for line in dropped.splitlines()] == [f"m{i:06d}" for i in range(2, 50)]
     # The newest rounds are verbatim and the view is well paired.
     assert [m.text for m in view.neutral[-6:]] == [m.text for m in s.transcript[-6:]]
     split_rounds(view.neutral)

@@ -29,6 +29,8 @@ from contextkeep._tokens import Encoder, PromptCounter, counter_for_model, encod
 from contextkeep._view import View
 from contextkeep.replay.engine import ReplayResult, replay
 from contextkeep.replay.metrics import (
+    CACHE_RULES,
+    CacheModel,
     MetricsRecorder,
     Pricing,
     TrajectoryMetrics,
@@ -275,6 +277,14 @@ async def _run(
     "--price-model", default="deepseek-chat", show_default=True, help="genai-prices model for costs."
 )
 @click.option(
+    "--cache-rule",
+    type=click.Choice(["auto", *CACHE_RULES]),
+    default="auto",
+    show_default=True,
+    help="Which prefix the provider serves from cache: openai (128-token blocks from 1,024), deepseek "
+    "(64-token units, through the previous reply); auto: the price model's provider's.",
+)
+@click.option(
     "--summary",
     is_flag=True,
     help="Last, print the runs' Markdown summary row (the columns of docs/replay.md's results table).",
@@ -289,6 +299,7 @@ def replay_command(
     dump: Path | None,
     report: Path | None,
     price_model: str,
+    cache_rule: str,
     summary: bool,
 ) -> None:
     """Replay trajectories call by call through a strategy; print budget, retention, cache and cost."""
@@ -301,10 +312,15 @@ def replay_command(
             click.echo(_table_row(m.metrics))
 
     if not as_json:
-        click.echo(f"strategy={preset.name} window={window} reserve={reserve} price_model={price_model}")
+        click.echo(
+            f"strategy={preset.name} window={window} reserve={reserve} price_model={price_model} "
+            f"cache_rule={cache_rule}"
+        )
         click.echo(_HEADER)
     try:
-        runs = asyncio.run(_run(paths, preset, window, reserve, spec, Pricing(price_model), dump, emit))
+        cache = None if cache_rule == "auto" else CacheModel.named(cache_rule)
+        pricing = Pricing(price_model, cache=cache)
+        runs = asyncio.run(_run(paths, preset, window, reserve, spec, pricing, dump, emit))
     except ContextKeepError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

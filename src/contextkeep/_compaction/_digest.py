@@ -3,14 +3,15 @@
 Two parts, within a token budget. First the agent's own commands from the dropped rounds,
 one line each (a heredoc's body left out, what ran after it kept), each with the reference
 to its own output, so one `recall` fetches the output a command produced; a command run
-again shows once, with its newest output. Then lines of the dropped outputs and of the
-agent's code, chosen greedily by value per token: a line is worth the names in it that no
-chosen line (or shown command) holds yet, and a name is worth most when the agent itself
-wrote it (decayed by how long ago), then by how many outputs it recurs in, scaled by rarity.
+again shows once, with its newest output. Then lines of the dropped outputs, of the agent's
+notes (what it found, in its own words) and of its code, chosen greedily by value per token:
+a line is worth the names in it that no chosen line (or shown command) holds yet, and a name
+is worth most when the agent itself wrote it (decayed by how long ago), then by how many
+outputs it recurs in, scaled by rarity.
 A line that is little more than a name comes with the line above it (it is read where it
 stood); a line many outputs repeat is boilerplate; plain words say little; names the agent
-says in the kept rounds are in view anyway. A line too long to keep whole (JSON) is kept in
-pieces cut after its commas.
+says in the kept rounds are in view anyway. A line too long to keep whole (JSON, a paragraph)
+is kept in pieces cut after its commas (and a note's after its sentences).
 """
 
 from __future__ import annotations

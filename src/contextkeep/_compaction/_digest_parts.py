@@ -28,6 +28,8 @@ _LINE_CHARS = 240
 _COMMAND_CHARS = 160
 _PIECE_CHARS = 120
 _CLAUSE = re.compile(r"(?<=[,;] )")
+_SENTENCE = re.compile(r"(?<=[,;.!?] )")
+"""Where a long line is cut: a JSON one after its commas, the agent's prose after its sentences too."""
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 _MIN_CHARS = 8
 _ALONE_CHARS = 24
@@ -52,7 +54,7 @@ class Said:
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """A message's candidate lines for the digest (an output's, its commands' code), and its units.
+    """A message's candidate lines for the digest (an output's; the agent's notes and code), and its units.
 
     A unit is a line, or a line that says little alone with the one above it; each text once
     (the first), only those with a name. The units' fields are parallel tuples: a pass reads
@@ -106,6 +108,8 @@ def _said(m: Message) -> Said:
 def _candidates(m: Message) -> Candidates:
     output = _stripped(m.text) if m.role == "tool" else ()
     texts = [output] if m.role == "tool" else []
+    if m.role == "assistant":  # what the agent noted: its findings, in its own words
+        texts.append(_stripped(m.text, _SENTENCE))
     for c in m.tool_calls:
         command = command_text(c).strip().split("\n")
         texts.append(_stripped("\n".join(command[_body(command)])))
@@ -213,7 +217,7 @@ def _units(flat: Sequence[str], first: int) -> Iterator[tuple[int, ...]]:
         yield (here,) if alone or len(flat[here - 1]) > _LINE_CHARS else (here - 1, here)
 
 
-def _stripped(text: str) -> tuple[str, ...]:
+def _stripped(text: str, cut: re.Pattern[str] = _CLAUSE) -> tuple[str, ...]:
     """The lines of `text`, stripped; one too long to keep whole (JSON) in pieces cut after commas."""
     out = []
     for raw in text.splitlines():
@@ -222,7 +226,7 @@ def _stripped(text: str) -> tuple[str, ...]:
             out.append(line)
             continue
         piece = ""
-        for part in _CLAUSE.split(line):
+        for part in cut.split(line):
             if piece and len(piece) + len(part) > _PIECE_CHARS:
                 out.append(piece.strip())
                 piece = ""

@@ -20,7 +20,7 @@ from contextkeep._rounds import Round
 
 __all__ = ["DropLayer", "DropPlan", "drop", "plan_drop"]
 
-_DIGEST_MAX_SHARE = 0.1
+_DIGEST_MAX_SHARE = 0.16
 """The largest share of the effective budget the digest takes."""
 
 
@@ -85,7 +85,7 @@ def drop(
 
 
 def _digest_budget(ctx: PassContext) -> int:
-    """`drop_digest_tokens`, at most a tenth of the budget: in a small window it would refill the view."""
+    """`drop_digest_tokens`, at most 16 % of the budget: in a small window it would refill the view."""
     cap = ctx.budget.tokens_at(_DIGEST_MAX_SHARE)
     budget = ctx.config.drop_digest_tokens
     return budget if cap is None else min(budget, cap)

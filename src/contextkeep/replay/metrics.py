@@ -34,6 +34,7 @@ from contextkeep._offload.workspace import Workspace
 from contextkeep._tokens import TokenCounter
 from contextkeep._view import View
 from contextkeep.replay._pricing import (
+    CACHE_RULES,
     CacheModel,
     Pricing,
     provider_cached,
@@ -45,6 +46,7 @@ from contextkeep.replay.engine import CallResult, CallTotals, ReplayResult
 from contextkeep.replay.trajectories import Trajectory
 
 __all__ = [
+    "CACHE_RULES",
     "CacheModel",
     "CallMetrics",
     "MetricsRecorder",
@@ -258,8 +260,8 @@ class MetricsRecorder:
         pricing: Pricing | None = None,
     ) -> None:
         self.trajectory = trajectory
-        self.cache = cache or CacheModel()
         self.pricing = pricing or Pricing()
+        self.cache = cache or self.pricing.cache_rule
         self._view_counter = counter_factory()
         self._raw_counter = counter_factory()
         self._retention = Retention(trajectory.messages)
@@ -273,7 +275,9 @@ class MetricsRecorder:
         shared, broke = shared_prefix_tokens(self._view_counter, self._previous, view.neutral, tools)
         raw = self.trajectory.messages[:index]
         raw_shared, _ = shared_prefix_tokens(self._raw_counter, self._previous_raw, raw, tools)
-        self._previous, self._previous_raw = list(view.neutral), raw
+        # What the next call can find cached: this prompt, and with some providers its reply too.
+        reply = self.trajectory.messages[index : index + 1] if self.cache.replies else []
+        self._previous, self._previous_raw = [*view.neutral, *reply], [*raw, *reply]
         probes = self._retention.probes(len(self._pending), index, view.neutral)
         self._pending.append(
             _Pending(shared, self.cache.cacheable(shared), broke, self.cache.cacheable(raw_shared), probes)

@@ -58,9 +58,9 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "default",
             "contextkeep's defaults: L0 at 3,000 tokens capped at 5% of the window; L1 → L2 → L3 from "
-            "70% of the budget down to 35%.",
+            "70% of the budget down to 25%.",
             "ContextConfig defaults (DB-GPT thresholds, AgentScope's 3,000-token tool-result limit capped "
-            "at 5% of the window, our 0.35 hysteresis target).",
+            "at 5% of the window, our 0.25 hysteresis target and 4,000-token working-set digest).",
         ),
         Preset(
             "swe-agent",
