@@ -218,7 +218,7 @@ def _units(flat: Sequence[str], first: int) -> Iterator[tuple[int, ...]]:
 
 
 def _stripped(text: str, cut: re.Pattern[str] = _CLAUSE) -> tuple[str, ...]:
-    """The lines of `text`, stripped; one too long to keep whole (JSON) in pieces cut after commas."""
+    """The lines of `text`, stripped; one too long to keep whole (JSON, prose) in pieces cut at `cut`."""
     out = []
     for raw in text.splitlines():
         line = raw.strip()

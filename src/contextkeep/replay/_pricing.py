@@ -10,7 +10,7 @@ from typing import Any
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 
-from contextkeep._errors import ContextKeepError
+from contextkeep._errors import ConfigError, ContextKeepError
 from contextkeep._messages import Message
 from contextkeep._tokens import TokenCounter
 
@@ -47,9 +47,9 @@ class CacheModel:
 
     @classmethod
     def named(cls, rule: str) -> CacheModel:
-        """`openai` or `deepseek` (`ValueError` for any other name)."""
+        """`openai` or `deepseek` (`ConfigError` for any other name)."""
         if rule not in CACHE_RULES:
-            raise ValueError(f"unknown cache rule {rule!r}; known: {', '.join(CACHE_RULES)}")
+            raise ConfigError("cache_rule", f"unknown cache rule {rule!r}; known: {', '.join(CACHE_RULES)}")
         return CACHE_RULES[rule]
 
     @classmethod

@@ -256,12 +256,11 @@ class MetricsRecorder:
         trajectory: Trajectory,
         counter_factory: Callable[[], TokenCounter],
         *,
-        cache: CacheModel | None = None,
         pricing: Pricing | None = None,
     ) -> None:
         self.trajectory = trajectory
         self.pricing = pricing or Pricing()
-        self.cache = cache or self.pricing.cache_rule
+        self.cache = self.pricing.cache_rule  # the prices and the cache rule come together
         self._view_counter = counter_factory()
         self._raw_counter = counter_factory()
         self._retention = Retention(trajectory.messages)
