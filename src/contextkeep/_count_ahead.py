@@ -37,14 +37,20 @@ class CountAhead:
         """Appends so far: each scheduled count is for the one it follows."""
         self._counted = 0
         """Appends the view of the last `prepare` included (it counted them already)."""
+        self._tools: Tools = None
+        self._counting = self._warming = False
+        """Whether a count (a warm-up) is scheduled: one at a time does the work of any number."""
 
     def after_append(self, tools: Tools) -> None:
         """Count what was just added; the next `prepare` then only checks the counts.
 
-        When a `prepare` or a later append comes first, the view is not built for it.
+        When a `prepare` comes first, the view is not built for it.
         """
         self.appended += 1
-        asyncio.get_running_loop().call_soon(self._count, tools, self.appended)
+        self._tools = tools
+        if not self._counting:
+            self._counting = True
+            asyncio.get_running_loop().call_soon(self._count)
 
     def after_prepare(self, counted: int) -> None:
         """Count masked previews ahead (when masking is on) while the caller waits for the model.
@@ -52,15 +58,21 @@ class CountAhead:
         `counted`: `appended` when `prepare` began counting its view (later appends still count ahead).
         """
         self._counted = max(self._counted, counted)
-        if self.counter.stand_in is not None:
-            asyncio.get_running_loop().call_soon(self.counter.warm)
+        if self.counter.stand_in is not None and not self._warming:
+            self._warming = True
+            asyncio.get_running_loop().call_soon(self._warm)
 
-    def _count(self, tools: Tools, appended: int) -> None:
-        # A prepare counted the view since, or a later append's count will: building it again costs
-        # a whole view (the counts are cached, the building is not).
-        if appended != self.appended or appended <= self._counted:
+    def _count(self) -> None:
+        self._counting = False
+        # A prepare counted the view since: building it again costs a whole view (the counts are
+        # cached, the building is not).
+        if self.appended <= self._counted:
             return
         try:
-            self.measure(tools)
+            self.measure(self._tools)
         except Exception:  # the same error reaches the caller from prepare(), which can act on it
             logger.debug("%s: counting ahead failed", self.conversation_id, exc_info=True)
+
+    def _warm(self) -> None:
+        self._warming = False
+        self.counter.warm()

@@ -128,8 +128,21 @@ class RoundTracker:
 
     def append(self, message: Message) -> None:
         """Append one message; raises `MalformedHistoryError` (and changes nothing) if it breaks pairing."""
+        self._problem(message, self._count, raise_=True)
+        self._add(message)
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        """Append messages in order."""
+        for m in messages:
+            self.append(m)
+
+    def extend_accepted(self, messages: Iterable[Message]) -> None:
+        """Append messages a `trial` on this very state accepted (they are not checked again)."""
+        for m in messages:
+            self._add(m)
+
+    def _add(self, message: Message) -> None:
         index = self._count
-        self._problem(message, index, raise_=True)
         if message.id is not None:
             self._claim(self._message_ids, message.id)
         last = self.rounds[-1] if self.rounds else None
@@ -148,11 +161,6 @@ class RoundTracker:
             kind: RoundKind = message.role
             self.rounds.append(Round(len(self.rounds), index, index + 1, kind, self._turn, pending))
         self._count += 1
-
-    def extend(self, messages: Iterable[Message]) -> None:
-        """Append messages in order."""
-        for m in messages:
-            self.append(m)
 
     def require_complete(self) -> None:
         """Raise if the newest round still waits for tool results (a model call would be rejected)."""
@@ -269,7 +277,7 @@ def append_repaired(
     for i, m in enumerate(messages):
         err = tracker._problem(m, len(tracker), raise_=False)
         if err is None:
-            tracker.append(m)
+            tracker._add(m)
             out.append(m)
             continue
         if policy is RepairPolicy.RAISE:

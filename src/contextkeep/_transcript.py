@@ -113,7 +113,10 @@ class Transcript:
             stamped = [await ingest(m, answered) for m in stamped]
             if not await self._cas.write("transcript", self._write(stamped, base)):
                 return LOST  # another instance appended first: validate again on top of its messages
-            tracker.extend(stamped)  # exactly what the trial accepted, ids and all
+            if len(tracker) == base:  # as the trial found it: exactly what it accepted, ids and all
+                tracker.extend_accepted(stamped)
+            else:  # something else was appended meanwhile: checked again, it cannot be silently doubled
+                tracker.extend(stamped)
             self._extend(stamped)
             return Appended(stamped, repairs)
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+import orjson
+
 from contextkeep._errors import InvalidIdError, MessageFormatError
 from contextkeep._messages import Message, TextPart
 
@@ -143,9 +145,12 @@ def _check_nested(
 ) -> None:
     """Too deep (bounded by `MAX_NESTING`), or a string that is not valid Unicode, raises.
 
-    A walk with a stack, dispatching on the exact type first: provider fields (a whole response
-    kept verbatim) hold hundreds of leaves, and this runs for every message added.
+    Provider fields (a whole response kept verbatim) hold hundreds of leaves and this runs for
+    every message added, so what orjson encodes in few enough brackets passes at C speed; the
+    rest is walked with a stack, which also names what is wrong.
     """
+    if _plainly_valid(value, MAX_NESTING - depth + 1):
+        return
     pending: list[tuple[Any, int]] = [(value, depth)]
     while pending:
         node, level = pending.pop()
@@ -165,6 +170,20 @@ def _check_nested(
                     _not_unicode(what, child, index)
             elif kind is dict or kind is list or kind is tuple or isinstance(child, dict | list | tuple):
                 pending.append((child, level + 1))
+
+
+def _plainly_valid(value: object, levels: int) -> bool:
+    """Whether orjson encodes `value` with at most `levels` brackets opened.
+
+    orjson refuses lone surrogates, so every string in it is valid Unicode, and no more
+    containers than brackets can nest. Anything it refuses (keys that are not strings, numbers
+    beyond 64 bits, other types) or more brackets (some may be inside strings) is walked instead.
+    """
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return False
+    return encoded.count(b"{") + encoded.count(b"[") <= levels
 
 
 def _json_depth(text: str) -> int:

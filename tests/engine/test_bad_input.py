@@ -59,6 +59,16 @@ BAD_MESSAGES: dict[str, tuple[list[Any], type[ContextKeepError], str]] = {
         MessageFormatError,
         "arguments nest deeper",
     ),
+    "nesting one level past the limit": (
+        [{"role": "user", "content": "hi", "provider_field": nested(64)}],
+        MessageFormatError,
+        "provider fields nest deeper than 64 levels",
+    ),
+    "a lone surrogate deep in provider fields": (
+        [{"role": "user", "content": "hi", "provider_field": {"a": ["fine", {"b": "broken \udc80"}]}}],
+        MessageFormatError,
+        r"provider fields is not valid Unicode: a lone surrogate \(U\+DC80\)",
+    ),
     "a lone surrogate": (
         [{"role": "user", "content": "broken \ud800 text"}],
         MessageFormatError,
@@ -125,6 +135,23 @@ async def test_bad_messages_raise_typed_errors_and_leave_the_stored_transcript_a
     await reopened.close()
     files = [p.name for p in (tmp_path / "ws").rglob("*") if p.is_file()]
     assert not [name for name in files if "cccc" in name]  # nothing offloaded for the refused batch
+
+
+async def test_provider_fields_at_the_nesting_limit_or_with_brackets_in_their_text_are_kept(
+    tmp_path: Path,
+) -> None:
+    brackets = {"raw_output": "[{(" * 500, "calls": [{"args": "}]" * 300}]}  # many brackets, shallow
+    cm = manager(tmp_path)
+    async with cm.session("c") as s:
+        stored = await s.add(
+            [
+                {"role": "user", "content": "hi", "provider_field": nested(63)},
+                {"role": "assistant", "content": "ok", "provider_field": brackets, "n": 2**70},
+            ]
+        )
+        assert stored[0].extra["provider_field"] == nested(63)
+        assert (stored[1].extra["provider_field"], stored[1].extra["n"]) == (brackets, 2**70)
+    await cm.close()
 
 
 async def test_a_256_character_conversation_id_is_refused_before_anything_is_written(tmp_path: Path) -> None:

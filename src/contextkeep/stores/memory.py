@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ class MemoryStore:
         self._messages: dict[str, list[Message]] = {}
         self._documents: dict[tuple[str, str, str], Document] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
-        self._lock = asyncio.Lock()
+        # No lock: no method awaits, so each runs whole between two steps of the event loop.
 
     @property
     def backend(self) -> str:
@@ -32,16 +31,15 @@ class MemoryStore:
         self, conversation_id: str, messages: Sequence[Message], *, expected_length: int
     ) -> bool:
         """Append `messages` if exactly `expected_length` are stored; `False` (nothing written) otherwise."""
-        async with self._lock:
-            stored = self._messages.get(conversation_id, [])
-            if len(stored) != expected_length:
-                return (
-                    expected_length >= 0
-                    and bool(messages)
-                    and same_batch(stored[expected_length : expected_length + len(messages)], messages)
-                )
-            self._messages.setdefault(conversation_id, stored).extend(messages)
-            return True
+        stored = self._messages.get(conversation_id, [])
+        if len(stored) != expected_length:
+            return (
+                expected_length >= 0
+                and bool(messages)
+                and same_batch(stored[expected_length : expected_length + len(messages)], messages)
+            )
+        self._messages.setdefault(conversation_id, stored).extend(messages)
+        return True
 
     async def append_and_save(
         self,
@@ -52,14 +50,13 @@ class MemoryStore:
         document: DocumentWrite,
     ) -> bool:
         """`append` and `save_document(document)` at once: both, or neither and `False`."""
-        async with self._lock:
-            stored = self._messages.get(conversation_id, [])
-            key = (conversation_id, document.kind, document.scope)
-            if len(stored) != expected_length or self._version(key) != document.expected_version:
-                return False
-            self._messages.setdefault(conversation_id, stored).extend(messages)
-            self._documents[key] = Document(dict(document.data), document.expected_version + 1)
-            return True
+        stored = self._messages.get(conversation_id, [])
+        key = (conversation_id, document.kind, document.scope)
+        if len(stored) != expected_length or self._version(key) != document.expected_version:
+            return False
+        self._messages.setdefault(conversation_id, stored).extend(messages)
+        self._documents[key] = Document(dict(document.data), document.expected_version + 1)
+        return True
 
     def _version(self, key: tuple[str, str, str]) -> int:
         stored = self._documents.get(key)
@@ -90,12 +87,11 @@ class MemoryStore:
         scope: str = "",
     ) -> bool:
         """Save as version `expected_version + 1` if the stored one is `expected_version`, else `False`."""
-        async with self._lock:
-            key = (conversation_id, kind, scope)
-            if self._version(key) != expected_version:
-                return False
-            self._documents[key] = Document(dict(data), expected_version + 1)
-            return True
+        key = (conversation_id, kind, scope)
+        if self._version(key) != expected_version:
+            return False
+        self._documents[key] = Document(dict(data), expected_version + 1)
+        return True
 
     async def list_scopes(self, conversation_id: str, kind: str) -> list[str]:
         """The scopes holding a saved document of `kind` for the conversation, sorted."""
@@ -103,20 +99,18 @@ class MemoryStore:
 
     async def acquire_lease(self, conversation_id: str, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew, for the same owner) a lease; an expired lease is taken over."""
-        async with self._lock:
-            now = time.monotonic()
-            holder = self._leases.get((conversation_id, name))
-            if holder is not None and holder[0] != owner and holder[1] > now:
-                return False
-            self._leases[(conversation_id, name)] = (owner, now + ttl_ms / 1000)
-            return True
+        now = time.monotonic()
+        holder = self._leases.get((conversation_id, name))
+        if holder is not None and holder[0] != owner and holder[1] > now:
+            return False
+        self._leases[(conversation_id, name)] = (owner, now + ttl_ms / 1000)
+        return True
 
     async def release_lease(self, conversation_id: str, name: str, owner: str) -> None:
         """Give a lease back (only its owner can)."""
-        async with self._lock:
-            holder = self._leases.get((conversation_id, name))
-            if holder is not None and holder[0] == owner:
-                del self._leases[(conversation_id, name)]
+        holder = self._leases.get((conversation_id, name))
+        if holder is not None and holder[0] == owner:
+            del self._leases[(conversation_id, name)]
 
     async def list_conversations(self) -> list[str]:
         """Every conversation id with a transcript."""
