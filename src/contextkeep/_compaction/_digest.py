@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, itemgetter, lt, mul, neg, not_, truediv
+from operator import add, itemgetter, le, lt, mul, neg, not_, truediv
 
 from contextkeep._compaction._digest_parts import Tally, Window, candidates, said_of, window_of
 from contextkeep._compaction._words import command_text, names_in
@@ -232,57 +232,93 @@ def _pick_lines(
     covered: Iterable[str],
 ) -> tuple[list[str], bool]:
     """Greedy by value per token, lazily re-valued (a unit's value falls as its names get covered)."""
-    covered = set(covered)
     start = _window_start(transcript, start, end)
     window = window_of(transcript[start:end])
-    flat, offsets = window.lines, window.offsets
     weights, telling = _weights(transcript, end, window)
-    costs: dict[int, int] = {}
-    chosen: set[int] = set()
-    version = 1  # grows with `covered`: a value computed since needs no new sum
+    greedy = _Greedy(window, weights, counter, budget, set(covered))
+    per_char = _tokens_per_char(window.lines, counter)
+    greedy.run(_queue(window, weights, telling, per_char, greedy.covered, transcript[start:]))
+    return _render(window.lines, sorted(greedy.chosen)), greedy.exhausted
 
-    def worth(found: Iterable[str]) -> float:
-        return math.fsum(map(weights.__getitem__, found))  # exact, so the same in any set order
 
-    def value_of(entry: _Entry) -> float:
-        return entry[6] if entry[7] == version else entry[4] * worth(entry[3] - covered)
+class _Greedy:
+    """One greedy choice: the names covered (and their version), the budget left, the lines chosen."""
 
-    def cost(k: int, at: tuple[int, ...]) -> int:
-        lines = [offsets[k] + i for i in at]
+    def __init__(
+        self, window: Window, weights: dict[str, float], counter: TokenCounter, budget: int, covered: set[str]
+    ) -> None:
+        self.flat, self.offsets, self.weights, self.counter = window.lines, window.offsets, weights, counter
+        self.budget, self.covered = budget, covered
+        self.version = 1
+        """Grows with `covered`: a value computed since needs no new sum."""
+        self.costs: dict[int, int] = {}
+        self.chosen: set[int] = set()
+        self.exhausted = False
+        """Whether the budget ran out before a line the agent's own names made worth keeping."""
+
+    def worth(self, found: Iterable[str]) -> float:
+        return math.fsum(map(self.weights.__getitem__, found))  # exact, so the same in any set order
+
+    def value_of(self, entry: _Entry) -> float:
+        return entry[6] if entry[7] == self.version else entry[4] * self.worth(entry[3] - self.covered)
+
+    def cost(self, k: int, at: tuple[int, ...]) -> int:
+        costs, lines = self.costs, [self.offsets[k] + i for i in at]
         for i in lines:
             if i not in costs:
-                costs[i] = counter.count_text(flat[i]) + 1
-        return sum(costs[i] for i in lines if i not in chosen)
+                costs[i] = self.counter.count_text(self.flat[i]) + 1
+        return sum(costs[i] for i in lines if i not in self.chosen)
 
-    heap = _queue(window, weights, telling, _tokens_per_char(flat, counter), covered, transcript[start:])
-    exhausted = False
-    while heap and budget > 0:
-        _, k, at, found, scale, guess, value, valid = heapq.heappop(heap)
-        if guess > 2 * budget:  # plainly too long: not counted
-            continue
-        if valid != version:
-            value = scale * worth(found - covered)
-        if value <= 0:  # covered
-            continue
-        if heap and value / guess < -heap[0][0]:  # worth less now (its names got covered): re-queue
-            heapq.heappush(heap, (-value / guess, k, at, found, scale, guess, value, version))
-            continue
-        spend = cost(k, at)  # counted only when it is about to be taken
-        if spend == 0:
-            continue
-        if heap and value / spend < -heap[0][0]:  # dearer than estimated: re-queue at its count
-            heapq.heappush(heap, (-value / spend, k, at, found, scale, spend, value, version))
-            continue
-        if spend > budget:
-            exhausted = exhausted or value >= _AGENT * 0.5
-            continue
-        chosen.update(offsets[k] + i for i in at)
-        before = len(covered)
-        covered |= found
-        version += len(covered) > before
-        budget -= spend
-    exhausted = exhausted or any(value_of(h) >= _AGENT for h in heap)
-    return _render(flat, sorted(chosen)), exhausted
+    def run(self, heap: list[_Entry]) -> None:
+        """Take units off `heap` while the budget lasts."""
+        pruned, gone, last = self.budget, list[_Entry](), None
+        while heap and self.budget > 0:
+            if 2 * self.budget < pruned:  # what no longer fits leaves at once, not one pop at a time
+                heap, pruned = _fitting(heap, 2 * self.budget, gone), self.budget
+                if not heap:
+                    break
+            last = heapq.heappop(heap)
+            _, k, at, found, scale, guess, value, valid = last
+            if guess > 2 * self.budget:  # plainly too long: not counted
+                continue
+            if valid != self.version:
+                value = scale * self.worth(found - self.covered)
+            if value <= 0:  # covered
+                continue
+            if heap and value / guess < -heap[0][0]:  # worth less now (its names got covered): re-queue
+                heapq.heappush(heap, (-value / guess, k, at, found, scale, guess, value, self.version))
+                continue
+            spend = self.cost(k, at)  # counted only when it is about to be taken
+            if spend and heap and value / spend < -heap[0][0]:  # dearer than estimated: re-queue at its count
+                heapq.heappush(heap, (-value / spend, k, at, found, scale, spend, value, self.version))
+            elif spend:
+                self._take(k, at, found, spend, value)
+        if self.budget <= 0 and last is not None:  # popped one at a time, those after the last would be left
+            heap.extend(h for h in gone if h > last)
+        self.exhausted = self.exhausted or any(self.value_of(h) >= _AGENT for h in heap)
+
+    def _take(self, k: int, at: tuple[int, ...], found: frozenset[str], spend: int, value: float) -> None:
+        if spend > self.budget:
+            self.exhausted = self.exhausted or value >= _AGENT * 0.5
+            return
+        self.chosen.update(self.offsets[k] + i for i in at)
+        before = len(self.covered)
+        self.covered |= found
+        self.version += len(self.covered) > before
+        self.budget -= spend
+
+
+def _fitting(heap: list[_Entry], most: float, gone: list[_Entry]) -> list[_Entry]:
+    """The entries of `heap` estimated at no more than `most` tokens, as a heap; the others onto `gone`.
+
+    Budgets only fall, so the loop would pop each of the others only to pass over it: the same
+    pops remain, in the same order (no two entries compare equal).
+    """
+    fits = list(map(le, map(itemgetter(5), heap), repeat(most)))
+    gone.extend(compress(heap, map(not_, fits)))
+    kept = list(compress(heap, fits))
+    heapq.heapify(kept)
+    return kept
 
 
 def _queue(
