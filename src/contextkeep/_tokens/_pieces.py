@@ -56,7 +56,8 @@ class PieceCounter:
     ) -> None:
         *isolating, last = splits
         self._isolate = [
-            (re.compile(f"({p})").split, re.compile(p).search, _context_free(p)) for p in isolating
+            (re.compile(f"({p})").split, re.compile(p).search, _context_free(p), _never_ascii(p))
+            for p in isolating
         ]
         # The last split as one findall: the pattern, or else a run of characters where it cannot
         # start (what an isolating split leaves between two matches: rare, as its last resort).
@@ -91,7 +92,12 @@ class PieceCounter:
             added += found
         # A split whose pattern looks at no context cannot match in a piece if not in the text.
         probe = "".join(segments)
-        splits = [split for split, search, context_free in self._isolate if not context_free or search(probe)]
+        ascii = probe.isascii()
+        splits = [
+            split
+            for split, search, context_free, never_ascii in self._isolate
+            if not context_free or (not (ascii and never_ascii) and search(probe))
+        ]
         return added + sum(self._count(s, splits) for s in segments)
 
     def _count(self, text: str, splits: Sequence[Callable[[str], list[str]]]) -> int:
@@ -145,9 +151,11 @@ class _AddedTokens:
         for content in sorted(set(contents), key=len, reverse=True):
             self._by_prefix.setdefault(content[:width], []).append(content)
         self._prefix = re.compile("|".join(map(re.escape, self._by_prefix)))
+        self._firsts = sorted({prefix[0] for prefix in self._by_prefix})
+        """What every token begins with: a text holding none of these (a substring search each) has none."""
 
     def held_in(self, segments: Sequence[str]) -> bool:
-        return any(self._prefix.search(s) for s in segments)
+        return any(self._prefix.search(s) for s in segments if any(map(s.__contains__, self._firsts)))
 
     def split(self, segments: Sequence[str]) -> tuple[list[str], int]:
         """The text around every added token, and how many there were."""
@@ -169,6 +177,19 @@ class _AddedTokens:
                 match = self._prefix.search(text, end)
             out.append(text[end:])
         return [s for s in out if s], found
+
+
+_ONE_CLASS = re.compile(r"(\[(?:\\.|[^\\\]])+\])(?:[+*?]|\{\d+(?:,\d*)?\})?")
+"""A pattern that is one character class, repeated or not: each match is made of its characters only."""
+
+
+def _never_ascii(pattern: str) -> bool:
+    """Whether `pattern` cannot match in ASCII text: one character class holding no ASCII character."""
+    shape = _ONE_CLASS.fullmatch(pattern)
+    if shape is None:
+        return False
+    one = re.compile(shape.group(1))
+    return not any(one.fullmatch(chr(c)) for c in range(128))
 
 
 def _context_free(pattern: str) -> bool:
