@@ -29,18 +29,27 @@ class EventBus:
     def __init__(self) -> None:
         self._listeners: list[tuple[Listener, frozenset[str] | None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._by_type: dict[str, tuple[Listener, ...]] = {}
+        """Each event type's listeners, as of the last change (events outnumber subscriptions)."""
 
     def subscribe(self, listener: Listener, *types: str) -> Callable[[], None]:
         """Register `listener` (for `types`, or all); returns a function that unsubscribes it."""
         entry = (listener, frozenset(types) or None)
         self._listeners.append(entry)
-        return lambda: self._listeners.remove(entry) if entry in self._listeners else None
+        self._by_type = {}
+
+        def unsubscribe() -> None:
+            if entry in self._listeners:
+                self._listeners.remove(entry)
+                self._by_type = {}
+
+        return unsubscribe
 
     def emit(self, event: Event) -> None:
         """Deliver now; coroutine listeners are scheduled on the running loop, if any."""
         for listener in self._targets(event):
             result = _call(listener, event)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 try:
                     task = asyncio.get_running_loop().create_task(_guard(result, listener))
                 except RuntimeError:  # no loop: run it to completion here
@@ -53,11 +62,16 @@ class EventBus:
         """Deliver and await every coroutine listener."""
         for listener in self._targets(event):
             result = _call(listener, event)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await _guard(result, listener)
 
-    def _targets(self, event: Event) -> list[Listener]:
-        return [fn for fn, types in list(self._listeners) if types is None or event.type in types]
+    def _targets(self, event: Event) -> tuple[Listener, ...]:
+        # A tuple: a listener that subscribes or unsubscribes while one is delivered changes the next.
+        found = self._by_type.get(event.type)
+        if found is None:
+            found = tuple(fn for fn, types in self._listeners if types is None or event.type in types)
+            self._by_type[event.type] = found
+        return found
 
 
 def _call(listener: Listener, event: Event) -> Any:
