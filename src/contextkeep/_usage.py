@@ -41,8 +41,9 @@ class Usage:
     @property
     def source(self) -> UsageSource:
         """`PROVIDER_CONFIRMED` when any figure was reported."""
-        reported = (self.input_tokens, self.output_tokens, self.total_tokens)
-        return UsageSource.UNAVAILABLE if all(v is None for v in reported) else UsageSource.PROVIDER_CONFIRMED
+        if self.input_tokens is None and self.output_tokens is None and self.total_tokens is None:
+            return UsageSource.UNAVAILABLE
+        return UsageSource.PROVIDER_CONFIRMED
 
     @property
     def complete(self) -> bool:

@@ -72,6 +72,8 @@ class ViewBuilder:
         self._savings: dict[tuple[str, object, int], int] = {}
         self._used_lines = UsedLines()
         self._derived_for = _derivation(config, window)
+        self._derived_with: tuple[ContextConfig, int | None] = (config, window)
+        """The config and window `_derived_for` was worked out for (a build asks twice per view)."""
         self._token = object()  # lineage: see `contextkeep._lineage`
         self._view = ViewList()
         """The last view built, extended in place while its lineage holds."""
@@ -80,8 +82,12 @@ class ViewBuilder:
 
     def _forget_if_reconfigured(self, config: ContextConfig) -> None:
         """Derived messages depend on the preview size and the tool-result limit: new ones start over."""
-        if _derivation(config, self.window) != self._derived_for:
-            self._derived_for, self._shown, self._varying = _derivation(config, self.window), [], []
+        seen, window = self._derived_with, self.window
+        if config is seen[0] and window == seen[1]:  # configs are immutable
+            return
+        derivation, self._derived_with = _derivation(config, window), (config, window)
+        if derivation != self._derived_for:
+            self._derived_for, self._shown, self._varying = derivation, [], []
             self._new_lineage()
             self._derived.clear()
             self._sources.clear()
