@@ -92,7 +92,6 @@ class Capacity:
 
 
 @functools.lru_cache(maxsize=256)  # pure, and asked twice per model call
-@functools.lru_cache(maxsize=256)  # pure, and asked several times per model call
 def resolve_capacity(
     model_window: int | None,
     model_source: CapacitySource = CapacitySource.EXPLICIT,
