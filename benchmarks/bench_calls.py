@@ -23,9 +23,13 @@ Run it in the environment that holds the anchors (from the repo root):
     /work/bench-venv/bin/pip install -e . -r benchmarks/requirements-compare.txt
     TIKTOKEN_CACHE_DIR=../shared/tokenizers /work/bench-venv/bin/python benchmarks/bench_calls.py \
         [--sizes 261,1001,2501,10000] [--repeat 1] [--plot docs/performance-calls.png] [--memory]
+        [--profile]
 
 `--memory` also prints, each measured in a fresh subprocess: the RSS of 1 and of 100 sessions
 sharing one DeepSeek tokenizer, and what a 10,000-message history holds in RAM against its JSON size.
+`--profile` also replays the first size with contextkeep alone under cProfile (only its four timed
+steps): the function calls per call, a figure that does not move with the machine's speed, and
+the hot spots.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import importlib.util
 import logging
 import os
+import pstats
 import statistics
 import tempfile
 import time
@@ -47,7 +53,7 @@ from typing import Any
 from _bench_anchors import AgentScope, Harness, LangChain, TrimMessages
 from _bench_calls_memory import memory_report
 from _bench_machine import machine_line
-from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject
+from _bench_subject import HUGE_WINDOW, PROFILER, StubSummarizer, Subject
 from _bench_subject import timed as measured
 from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
 
@@ -261,6 +267,28 @@ def plot(path: Path, found: Sequence[Driver], results: Sequence[Samples]) -> Non
     print(f"plot: {path} ({path.stat().st_size // 1024} KiB)")
 
 
+async def profile(trajectory: Trajectory, top: int = 30) -> None:
+    """contextkeep alone over one replay, its four timed steps under cProfile: calls per call, hot spots.
+
+    With an encoder of its own: the replays before it must not have counted its texts already.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
+        found, _ = drivers(trajectory, HFEncoder(DEEPSEEK_TOKENIZER), Path(tmp), with_anchors=False)
+        PROFILER.append(cProfile.Profile())
+        try:
+            (samples,) = await replay(trajectory, found, 1, 1)
+        finally:
+            profiler = PROFILER.pop()
+    stats = pstats.Stats(profiler)
+    total: int = stats.total_calls  # type: ignore[attr-defined]  # set by Stats, missing from typeshed
+    print(
+        f"\ncontextkeep alone at {len(trajectory.messages)} messages under cProfile: "
+        f"{total / len(samples):.0f} function calls per call "
+        f"(record + add + prepare + view.messages, mean over {len(samples)} calls)"
+    )
+    stats.sort_stats("tottime").print_stats(top)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     (base,) = load_trajectories(args.trajectory)
     encoder = HFEncoder(DEEPSEEK_TOKENIZER)
@@ -283,6 +311,9 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"note: {note}")
     if args.plot and last is not None:
         plot(args.plot, *last)
+    if args.profile:
+        size = args.sizes[0]
+        await profile(base if size <= len(base.messages) else lengthened(base, size))
 
 
 def main() -> None:
@@ -303,6 +334,9 @@ def main() -> None:
         "--plot", type=Path, help="write ms per call vs messages (the largest size) to this PNG"
     )
     parser.add_argument("--memory", action="store_true", help="also measure RSS and a history's RAM")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print contextkeep's function calls per call"
+    )
     parser.add_argument(
         "--no-anchors", action="store_true", help="time contextkeep alone (a quick loop while optimising)"
     )
