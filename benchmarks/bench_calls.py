@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import cProfile
 import importlib.util
 import logging
 import os
@@ -53,7 +52,7 @@ from typing import Any
 from _bench_anchors import AgentScope, Harness, LangChain, TrimMessages
 from _bench_calls_memory import memory_report
 from _bench_machine import machine_line
-from _bench_subject import HUGE_WINDOW, PROFILER, StubSummarizer, Subject
+from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject, profiling
 from _bench_subject import timed as measured
 from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
 
@@ -274,11 +273,8 @@ async def profile(trajectory: Trajectory, top: int = 30) -> None:
     """
     with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
         found, _ = drivers(trajectory, HFEncoder(DEEPSEEK_TOKENIZER), Path(tmp), with_anchors=False)
-        PROFILER.append(cProfile.Profile())
-        try:
+        with profiling() as profiler:
             (samples,) = await replay(trajectory, found, 1, 1)
-        finally:
-            profiler = PROFILER.pop()
     stats = pstats.Stats(profiler)
     total: int = stats.total_calls  # type: ignore[attr-defined]  # set by Stats, missing from typeshed
     print(

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import importlib.util
 import io
 import logging
@@ -65,7 +64,7 @@ from pathlib import Path
 
 from _bench_anchors import AgentScope, LangChain
 from _bench_machine import machine_line
-from _bench_subject import HUGE_WINDOW, PROFILER, ContextKeep, Subject, timed
+from _bench_subject import HUGE_WINDOW, ContextKeep, Subject, profiling, timed
 
 from contextkeep._events import CompressionCompleted
 from contextkeep._tokens import HFEncoder, TiktokenEncoder, counter_for_model
@@ -203,11 +202,8 @@ async def profile(subject: Subject, calls: Sequence[int], mid: Sequence[int], to
             lambda: compaction_passes(subject, mid, 1),
         ),
     ):
-        PROFILER.append(cProfile.Profile())
-        try:
+        with profiling() as profiler:
             await run()
-        finally:
-            profiler = PROFILER.pop()
         out.write(f"\n--- contextkeep {subject.counter}: {label} ---\n")
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
