@@ -52,8 +52,7 @@ from typing import Any
 from _bench_anchors import AgentScope, Harness, LangChain, TrimMessages
 from _bench_calls_memory import memory_report
 from _bench_machine import machine_line
-from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject, profiling
-from _bench_subject import timed as measured
+from _bench_subject import HUGE_WINDOW, StubSummarizer, Subject, profiling, timed
 from bench_compaction import DEEPSEEK_TOKENIZER, SHARED, TRAJECTORY, lengthened
 
 from contextkeep._capabilities import ModelSpec
@@ -65,6 +64,8 @@ from contextkeep._tokens import HFEncoder, counter_for_model
 from contextkeep.replay.trajectories import Trajectory, load_trajectories
 
 STEPS = ("record", "add", "prepare", "messages")
+measured = timed
+"""What every step is run by (`bench_instructions.py` runs them its own way)."""
 CPU = "cpu"
 """contextkeep: the CPU time of the four steps on the caller's thread (what load and waits leave out)."""
 

@@ -1,0 +1,137 @@
+"""The whole call in CPU instructions: a figure that does not move with the machine's speed.
+
+Wall times on a shared VM move by ±40 % within minutes, so a change of a few per cent to the
+per-call path cannot be told from noise by timing it. This counts the instructions instead, C
+code included (the tokenizer, `re`, orjson), under valgrind's callgrind: the same replay as
+`bench_calls.py` (contextkeep alone on django-14997, exact DeepSeek tokenizer, in-memory store),
+once to warm the caches and once counted, where only the four steps of every call (`record`,
+`add`, `prepare`, `view.messages`) are counted. Two runs of the same code agree to within 0.1 %.
+
+How: the counted replay drives each step to completion inside `functools.reduce` (the in-memory
+store never suspends), and callgrind collects only inside that C function
+(`--toggle-collect=functools_reduce`); instrumentation is switched on (`callgrind_control`) just
+before the counted replay, so the imports and the tokenizer's loading run at full speed. It needs
+valgrind (`apt install valgrind`) and a CPython whose library keeps its symbols (pyenv's and
+Debian's do). About 20 s per size.
+
+    TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_instructions.py [--sizes 261,1001]
+
+`--pythonpath DIR` counts another checkout's `src` (an A/B of two commits on the same machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_CHILD = "--child"
+_CALLS = re.compile(r"^calls (\d+)$", re.M)
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _drive(step: Callable[[], Any]) -> Any:
+    """Run `step` to completion synchronously (a coroutine that suspends is an error here)."""
+    result = step()
+    if not inspect.isawaitable(result):
+        return result
+    coroutine = result.__await__()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a step suspended: only a store that never waits can be counted")
+
+
+async def _child(size: int) -> None:
+    """Under callgrind: one warm-up replay, then one whose four steps per call are counted."""
+    import bench_calls
+    from bench_compaction import DEEPSEEK_TOKENIZER, TRAJECTORY, lengthened
+
+    from contextkeep._tokens import HFEncoder
+    from contextkeep.replay.trajectories import load_trajectories
+
+    counting = False
+
+    async def measured(step: Callable[[], Any]) -> tuple[float, Any]:
+        if not counting:
+            return 0.0, await _awaited(step())
+        return 0.0, functools.reduce(lambda _a, _b: _drive(step), (0, 0))
+
+    bench_calls.measured = measured  # the four steps of `ContextKeepCalls.step` go through it
+    (base,) = load_trajectories(TRAJECTORY)
+    trajectory = base if size <= len(base.messages) else lengthened(base, size)
+    encoder = HFEncoder(DEEPSEEK_TOKENIZER)
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        found, _ = bench_calls.drivers(trajectory, encoder, Path(tmp), with_anchors=False)
+        await bench_calls.replay(trajectory, found, 1, 1)
+        found, _ = bench_calls.drivers(trajectory, encoder, Path(tmp), with_anchors=False)
+        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
+        counting = True
+        (samples,) = await bench_calls.replay(trajectory, found, 1, 1)
+    print(f"calls {len(samples)}")
+
+
+async def _awaited(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+def count(size: int, pythonpath: str | None) -> tuple[int, int]:
+    """Instructions of the four steps over the counted replay at `size` messages, and its calls."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--toggle-collect=functools_reduce",
+            f"--callgrind-out-file={tmp}/callgrind.out",
+            sys.executable,
+            __file__,
+            _CHILD,
+            str(size),
+        ]
+        run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    calls, collected = _CALLS.search(run.stdout), _COLLECTED.search(run.stderr)
+    if run.returncode or calls is None or collected is None:
+        raise SystemExit(f"the counted run failed ({run.returncode}):\n{run.stdout}\n{run.stderr[-3000:]}")
+    return int(collected.group(1)), int(calls.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[261])
+    parser.add_argument("--pythonpath", help="count the contextkeep found here (a checkout's src)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed (apt install valgrind)")
+    where = args.pythonpath or "this environment"
+    print(f"contextkeep from {where}; the whole call = record + add + prepare + view.messages")
+    for size in args.sizes:
+        instructions, calls = count(size, args.pythonpath)
+        print(
+            f"{size} messages: {instructions / calls / 1e6:.3f} M instructions per call "
+            f"({calls} calls, {instructions:,} in all)"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == _CHILD:
+        sys.path.insert(0, str(Path(__file__).parent))
+        asyncio.run(_child(int(sys.argv[2])))
+    else:
+        main()
