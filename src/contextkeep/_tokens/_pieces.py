@@ -156,16 +156,21 @@ class _AddedTokens:
         for content in sorted(set(contents), key=len, reverse=True):
             self._by_prefix.setdefault(content[:width], []).append(content)
         # Where a token may begin: one character class, scanned at C speed (an alternation of the
-        # prefixes is tried at every position, ~20 ns a character).
-        self._starts = re.compile("[" + "".join(sorted({re.escape(p[0]) for p in self._by_prefix})) + "]")
+        # prefixes is tried at every position, ~20 ns a character). In ASCII text only the ASCII
+        # ones can: often a single character, searched as a literal (three times faster than a class).
+        firsts = sorted({p[0] for p in self._by_prefix})
+        self._starts = _one_of(firsts)
+        ascii = [c for c in firsts if c.isascii()]
+        self._ascii_starts = _one_of(ascii) if ascii else None
 
     def split(self, segments: Sequence[str]) -> tuple[Sequence[str], int]:
         """The text around every added token, and how many there were (`segments` itself if none)."""
         out: list[str] = []
         found = 0
         for text in segments:
+            starts = self._ascii_starts if text.isascii() else self._starts
             end = 0
-            for start in map(_start, self._starts.finditer(text)):
+            for start in map(_start, starts.finditer(text) if starts is not None else ()):
                 if start < end:  # inside the token just found
                     continue
                 candidates = self._by_prefix.get(text[start : start + self._width], ())
@@ -179,6 +184,11 @@ class _AddedTokens:
 
 
 _start = operator.methodcaller("start")
+
+
+def _one_of(chars: Sequence[str]) -> re.Pattern[str]:
+    """A pattern matching any one of `chars` (one character compiles to a literal)."""
+    return re.compile("[" + "".join(map(re.escape, chars)) + "]")
 
 
 _ONE_CLASS = re.compile(r"(\[(?:\\.|[^\\\]])+\])(?:[+*?]|\{\d+(?:,\d*)?\})?")
