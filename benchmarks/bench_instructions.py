@@ -5,7 +5,7 @@ per-call path cannot be told from noise by timing it. This counts the instructio
 code included (the tokenizer, `re`, orjson), under valgrind's callgrind: the same replay as
 `bench_calls.py` (contextkeep alone on django-14997, exact DeepSeek tokenizer, in-memory store),
 once to warm the caches and once counted, where only the four steps of every call (`record`,
-`add`, `prepare`, `view.messages`) are counted. Two runs of the same code agree to within 0.1 %.
+`add`, `prepare`, `view.messages`) are counted. Two runs of the same code agree to within 0.3 %.
 
 How: the counted replay drives each step to completion inside `functools.reduce` (the in-memory
 store never suspends), and callgrind collects only inside that C function

@@ -113,7 +113,9 @@ class UsageSave:
     def write(self) -> DocumentWrite | None:
         """The save of the changed state over the current version (`None` when nothing changes)."""
         current = self.documents.usage
-        wanted = replace(self.change(current), version=current.version)
+        wanted = self.change(current)
+        if wanted.version != current.version:  # made from another state (a reloaded one): over this version
+            wanted = replace(wanted, version=current.version)
         if wanted == current:
             return None
         return DocumentWrite(USAGE_DOCUMENT, wanted.to_dict(), current.version, self.documents.scope)
