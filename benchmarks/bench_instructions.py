@@ -12,7 +12,7 @@ store never suspends), and callgrind collects only inside that C function
 (`--toggle-collect=functools_reduce`); instrumentation is switched on (`callgrind_control`) just
 before the counted replay, so the imports and the tokenizer's loading run at full speed. It needs
 valgrind (`apt install valgrind`) and a CPython whose library keeps its symbols (pyenv's and
-Debian's do). About 20 s per size.
+Debian's do). About 20 s at 261 messages, 40 s at 1,001.
 
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_instructions.py [--sizes 261,1001]
 
@@ -56,6 +56,7 @@ def _drive(step: Callable[[], Any]) -> Any:
 async def _child(size: int) -> None:
     """Under callgrind: one warm-up replay, then one whose four steps per call are counted."""
     import bench_calls
+    from _bench_subject import timed
     from bench_compaction import DEEPSEEK_TOKENIZER, TRAJECTORY, lengthened
 
     from contextkeep._tokens import HFEncoder
@@ -65,7 +66,7 @@ async def _child(size: int) -> None:
 
     async def measured(step: Callable[[], Any]) -> tuple[float, Any]:
         if not counting:
-            return 0.0, await _awaited(step())
+            return await timed(step)
         return 0.0, functools.reduce(lambda _a, _b: _drive(step), (0, 0))
 
     bench_calls.measured = measured  # the four steps of `ContextKeepCalls.step` go through it
@@ -80,10 +81,6 @@ async def _child(size: int) -> None:
         counting = True
         (samples,) = await bench_calls.replay(trajectory, found, 1, 1)
     print(f"calls {len(samples)}")
-
-
-async def _awaited(result: Any) -> Any:
-    return await result if inspect.isawaitable(result) else result
 
 
 def count(size: int, pythonpath: str | None) -> tuple[int, int]:
