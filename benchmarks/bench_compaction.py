@@ -116,6 +116,11 @@ def calls_of(trajectory: Trajectory) -> list[int]:
     return [c.index for c in trajectory.calls]
 
 
+def calls_up_to(calls: Sequence[int], messages: int) -> list[int]:
+    """The last tenth of the calls (as many as the late ones) whose prompt holds at most `messages`."""
+    return [c for c in calls if c <= messages][-max(len(calls) // 10, 1) :]
+
+
 @dataclass
 class PerCall:
     """Seconds per call (medians over the replays)."""
@@ -274,7 +279,7 @@ async def main_async(args: argparse.Namespace) -> None:
         trajectory = lengthened(trajectory, args.messages)
     calls = calls_of(trajectory)
     tenth = max(len(calls) // 10, 1)
-    mid = [c for c in calls if c <= args.pass_messages][-tenth:]
+    mid = calls_up_to(calls, args.pass_messages)
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
         found, notes = subjects(trajectory, Path(tmp))
         rows = []

@@ -17,6 +17,9 @@ Debian's do). About 20 s at 261 messages, 40 s at 1,001.
     TIKTOKEN_CACHE_DIR=../shared/tokenizers python benchmarks/bench_instructions.py [--sizes 261,1001]
 
 `--pythonpath DIR` counts another checkout's `src` (an A/B of two commits on the same machine).
+`--pass-messages N` counts `bench_compaction`'s compaction passes at calls of up to N messages
+instead (L1+L2+L3, instant summariser, every thread's instructions while a pass runs; about 35 s
+at 150): the figure behind its "pass CPU".
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-_CHILD = "--child"
+_CHILD, _PASSES = "--child", "--passes"
 _CALLS = re.compile(r"^calls (\d+)$", re.M)
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
@@ -77,14 +80,52 @@ async def _child(size: int) -> None:
         found, _ = bench_calls.drivers(trajectory, encoder, Path(tmp), with_anchors=False)
         await bench_calls.replay(trajectory, found, 1, 1)
         found, _ = bench_calls.drivers(trajectory, encoder, Path(tmp), with_anchors=False)
-        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
+        _instrument("on")
         counting = True
         (samples,) = await bench_calls.replay(trajectory, found, 1, 1)
     print(f"calls {len(samples)}")
 
 
-def count(size: int, pythonpath: str | None) -> tuple[int, int]:
-    """Instructions of the four steps over the counted replay at `size` messages, and its calls."""
+def _instrument(state: str) -> None:
+    subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True)
+
+
+async def _passes_child(messages: int) -> None:
+    """Under callgrind: `bench_compaction`'s passes at calls of up to `messages`, once to warm, once counted.
+
+    Every thread's instructions are counted while a pass runs (the background writers' too), as
+    `bench_compaction` takes the process's CPU time over it; a pass suspends, so it cannot be
+    driven inside `functools.reduce`.
+    """
+    from _bench_subject import ContextKeep
+    from bench_compaction import DEEPSEEK_TOKENIZER, TRAJECTORY, calls_of, calls_up_to, compaction_passes
+
+    from contextkeep._tokens import HFEncoder, counter_for_model
+    from contextkeep.replay.trajectories import load_trajectories
+
+    (trajectory,) = load_trajectories(TRAJECTORY)
+    calls = calls_up_to(calls_of(trajectory), messages)
+    encoder = HFEncoder(DEEPSEEK_TOKENIZER)
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        exact = lambda: counter_for_model(trajectory.model, encoder)  # noqa: E731
+        subject = ContextKeep(trajectory, "exact", exact, Path(tmp))
+        await compaction_passes(subject, calls, 1)
+        compact = subject.compact
+
+        async def counted() -> Any:
+            _instrument("on")
+            try:
+                return await compact()
+            finally:
+                _instrument("off")
+
+        subject.compact = counted  # type: ignore[method-assign]
+        await compaction_passes(subject, calls, 1)
+    print(f"calls {len(calls)}")
+
+
+def count(size: int, pythonpath: str | None, passes: bool = False) -> tuple[int, int]:
+    """Instructions counted at `size` messages (the four steps per call, or each pass), and the calls."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -93,11 +134,11 @@ def count(size: int, pythonpath: str | None) -> tuple[int, int]:
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
-            "--toggle-collect=functools_reduce",
+            *([] if passes else ["--toggle-collect=functools_reduce"]),
             f"--callgrind-out-file={tmp}/callgrind.out",
             sys.executable,
             __file__,
-            _CHILD,
+            _PASSES if passes else _CHILD,
             str(size),
         ]
         run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -113,10 +154,24 @@ def main() -> None:
     )
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[261])
     parser.add_argument("--pythonpath", help="count the contextkeep found here (a checkout's src)")
+    parser.add_argument(
+        "--pass-messages",
+        type=int,
+        metavar="N",
+        help="count bench_compaction's passes at calls of up to N messages",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (apt install valgrind)")
     where = args.pythonpath or "this environment"
+    if args.pass_messages:
+        instructions, passes = count(args.pass_messages, args.pythonpath, passes=True)
+        print(
+            f"contextkeep from {where}: a pass (L1+L2+L3, instant summariser) at calls of up to "
+            f"{args.pass_messages} messages, {instructions / passes / 1e6:.2f} M instructions per pass "
+            f"({passes} passes, every thread)"
+        )
+        return
     print(f"contextkeep from {where}; the whole call = record + add + prepare + view.messages")
     for size in args.sizes:
         instructions, calls = count(size, args.pythonpath)
@@ -127,8 +182,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == _CHILD:
+    if len(sys.argv) == 3 and sys.argv[1] in (_CHILD, _PASSES):
         sys.path.insert(0, str(Path(__file__).parent))
-        asyncio.run(_child(int(sys.argv[2])))
+        asyncio.run((_child if sys.argv[1] == _CHILD else _passes_child)(int(sys.argv[2])))
     else:
         main()
