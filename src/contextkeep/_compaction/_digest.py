@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, itemgetter, le, lt, mul, neg, not_, truediv
+from operator import add, itemgetter, lt, mul, neg, not_, truediv
 
 from contextkeep._compaction._digest_parts import Tally, Window, candidates, said_of, window_of
 from contextkeep._compaction._words import command_text, names_in
@@ -271,15 +271,11 @@ class _Greedy:
 
     def run(self, heap: list[_Entry]) -> None:
         """Take units off `heap` while the budget lasts."""
-        pruned, gone, last = self.budget, list[_Entry](), None
         while heap and self.budget > 0:
-            if 2 * self.budget < pruned:  # what no longer fits leaves at once, not one pop at a time
-                heap, pruned = _fitting(heap, 2 * self.budget, gone), self.budget
-                if not heap:
-                    break
-            last = heapq.heappop(heap)
-            _, k, at, found, scale, guess, value, valid = last
-            if guess > 2 * self.budget:  # plainly too long: not counted
+            _, k, at, found, scale, guess, value, valid = heapq.heappop(heap)
+            # Plainly too long: not counted. Left in the heap until it comes up, as taking out
+            # all that no longer fit each time the budget halves costs more than passing them over.
+            if guess > 2 * self.budget:
                 continue
             if valid != self.version:
                 value = scale * self.worth(found - self.covered)
@@ -293,8 +289,6 @@ class _Greedy:
                 heapq.heappush(heap, (-value / spend, k, at, found, scale, spend, value, self.version))
             elif spend:
                 self._take(k, at, found, spend, value)
-        if self.budget <= 0 and last is not None:  # popped one at a time, those after the last would be left
-            heap.extend(h for h in gone if h > last)
         self.exhausted = self.exhausted or any(self.value_of(h) >= _AGENT for h in heap)
 
     def _take(self, k: int, at: tuple[int, ...], found: frozenset[str], spend: int, value: float) -> None:
@@ -306,19 +300,6 @@ class _Greedy:
         self.covered |= found
         self.version += len(self.covered) > before
         self.budget -= spend
-
-
-def _fitting(heap: list[_Entry], most: float, gone: list[_Entry]) -> list[_Entry]:
-    """The entries of `heap` estimated at no more than `most` tokens, as a heap; the others onto `gone`.
-
-    Budgets only fall, so the loop would pop each of the others only to pass over it: the same
-    pops remain, in the same order (no two entries compare equal).
-    """
-    fits = list(map(le, map(itemgetter(5), heap), repeat(most)))
-    gone.extend(compress(heap, map(not_, fits)))
-    kept = list(compress(heap, fits))
-    heapq.heapify(kept)
-    return kept
 
 
 def _queue(
