@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, itemgetter, lt, mul, neg, not_, truediv
+from operator import add, lt, mul
 
 from contextkeep._compaction._digest_parts import Tally, Window, candidates, said_of, window_of
 from contextkeep._compaction._words import command_text, names_in
@@ -271,22 +271,27 @@ class _Greedy:
 
     def run(self, heap: list[_Entry]) -> None:
         """Take units off `heap` while the budget lasts."""
-        while heap and self.budget > 0:
-            _, k, at, found, scale, guess, value, valid = heapq.heappop(heap)
+        weight, covered = self.weights.__getitem__, self.covered  # `covered` grows in place
+        again: _Entry | None = None
+        while self.budget > 0 and (heap or again):
+            # A unit re-queued goes back as the next comes off: one sift of the heap, not two.
+            entry = heapq.heappop(heap) if again is None else heapq.heappushpop(heap, again)
+            _, k, at, found, scale, guess, value, valid = entry
+            again = None
             # Plainly too long: not counted. Left in the heap until it comes up, as taking out
             # all that no longer fit each time the budget halves costs more than passing them over.
             if guess > 2 * self.budget:
                 continue
             if valid != self.version:
-                value = scale * self.worth(found - self.covered)
+                value = scale * math.fsum(map(weight, found - covered))
             if value <= 0:  # covered
                 continue
             if heap and value / guess < -heap[0][0]:  # worth less now (its names got covered): re-queue
-                heapq.heappush(heap, (-value / guess, k, at, found, scale, guess, value, self.version))
+                again = (-value / guess, k, at, found, scale, guess, value, self.version)
                 continue
             spend = self.cost(k, at)  # counted only when it is about to be taken
             if spend and heap and value / spend < -heap[0][0]:  # dearer than estimated: re-queue at its count
-                heapq.heappush(heap, (-value / spend, k, at, found, scale, spend, value, self.version))
+                again = (-value / spend, k, at, found, scale, spend, value, self.version)
             elif spend:
                 self._take(k, at, found, spend, value)
         self.exhausted = self.exhausted or any(self.value_of(h) >= _AGENT for h in heap)
@@ -312,27 +317,22 @@ def _queue(
 ) -> list[_Entry]:
     """Every unit of the window worth a line, once per text, queued by an estimate of its tokens.
 
-    Counted only when one comes up: there are thousands of units per pass, so this is built
-    with `map` and `zip` over the units' fields, without a Python step for each.
+    Counted only when one comes up: there are thousands of units per pass, so each is queued
+    with a few lookups and one sum, and the heap is made at once.
     """
-    names = window.unit_names
-    # Plain words alone (prose, a banner) the agent never wrote tell nothing worth a line.
-    told = list(compress(range(len(names)), map(not_, map(telling.isdisjoint, names))))
-    found = list(map(names.__getitem__, told))  # a name worth nothing adds nothing to a sum
-    # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
-    repeated = _REPEAT_TALLY.over(outputs)
-    times = list(map(repeated.get, map(itemgetter(-1), map(window.texts.__getitem__, told)), repeat(0)))
-    scale_of = {n: 1 / max(n - 1, 1) for n in set(times)}
-    scales = list(map(scale_of.__getitem__, times))
-    values = list(map(mul, scales, map(math.fsum, map(map, repeat(weights.__getitem__), found))))
-    at = list(map(window.at.__getitem__, told))
-    chars = map(window.chars.__getitem__, told)
-    guesses = list(map(add, map(mul, chars, repeat(per_char)), map(len, at)))
-    keys = map(truediv, map(neg, values), guesses)
-    ks = map(window.message.__getitem__, told)
-    # A unit holding none of the covered names has its value for the first version of `covered`.
-    valid = map(int, map(covered.isdisjoint, found))
-    heap = list(zip(keys, ks, at, found, scales, guesses, values, valid, strict=True))
+    repeated, weight = _REPEAT_TALLY.over(outputs), weights.__getitem__
+    heap: list[_Entry] = []
+    fields = zip(window.message, window.at, window.texts, window.unit_names, window.chars, strict=True)
+    for k, at, text, names, chars in fields:
+        # Plain words alone (prose, a banner) the agent never wrote tell nothing worth a line.
+        if telling.isdisjoint(names):
+            continue
+        # A line many outputs repeat verbatim is the tool's boilerplate, not what it found.
+        scale = 1 / max(repeated.get(text[-1], 0) - 1, 1)
+        value = scale * math.fsum(map(weight, names))  # a name worth nothing adds nothing to a sum
+        guess = chars * per_char + len(at)
+        # A unit holding none of the covered names has its value for the first version of `covered`.
+        heap.append((-value / guess, k, at, names, scale, guess, value, int(covered.isdisjoint(names))))
     heapq.heapify(heap)  # no two entries compare equal: the same pops as pushing each in turn
     return heap
 
