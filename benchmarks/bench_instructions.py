@@ -100,17 +100,17 @@ async def _passes_child(messages: int) -> None:
     driven inside `functools.reduce`.
     """
     from _bench_subject import ContextKeep
-    from bench_compaction import DEEPSEEK_TOKENIZER, TRAJECTORY, calls_of, calls_up_to, compaction_passes
+    from bench_compaction import TRAJECTORY, calls_of, calls_up_to, compaction_passes, subjects
 
-    from contextkeep._tokens import HFEncoder, counter_for_model
     from contextkeep.replay.trajectories import load_trajectories
 
     (trajectory,) = load_trajectories(TRAJECTORY)
     calls = calls_up_to(calls_of(trajectory), messages)
-    encoder = HFEncoder(DEEPSEEK_TOKENIZER)
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
-        exact = lambda: counter_for_model(trajectory.model, encoder)  # noqa: E731
-        subject = ContextKeep(trajectory, "exact", exact, Path(tmp))
+        found, _ = subjects(trajectory, Path(tmp))
+        subject = found[0]  # bench_compaction's first: contextkeep with DeepSeek's tokenizer.json
+        if not isinstance(subject, ContextKeep) or not subject.counter.startswith("deepseek"):
+            raise SystemExit("DeepSeek's tokenizer.json is missing from ../shared/tokenizers")
         await compaction_passes(subject, calls, 1)
         compact = subject.compact
 
